@@ -1,0 +1,290 @@
+//! runc's command line, in clap.
+//!
+//! runc parses with Go's `flag` package, so callers send `-flag` as well as
+//! `--flag`, `--flag=value`, booleans as `--flag=true`, and repeat flags
+//! (the last one wins). [`normalize`] rewrites the single-dash long forms
+//! before clap sees them; booleans take an optional `=value`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ListFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tinyrun",
+    about = "an OCI container runtime with runc's command line",
+    disable_version_flag = true,
+    args_override_self = true,
+    subcommand_required = false
+)]
+pub(crate) struct Cli {
+    /// root directory for storage of container state (this should be located in tmpfs)
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// set the log file to write tinyrun logs to (default is stderr)
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// set the log format ('text' (default), or 'json')
+    #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
+    pub log_format: LogFormat,
+    /// enable debug logging
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub debug: bool,
+    /// enable systemd cgroup support; cgroupsPath is then "slice:prefix:name"
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub systemd_cgroup: bool,
+    /// ignored: accepted because callers still pass it
+    #[arg(long, hide = true, value_name = "PATH")]
+    pub criu: Option<String>,
+    /// ignore cgroup permission errors ('true', 'false', or 'auto')
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub rootless: Option<String>,
+    /// print the version
+    #[arg(short = 'v', long)]
+    pub version: bool,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// create a container
+    Create(CreateArgs),
+    /// executes the user defined process in a created container
+    Start(IdArg),
+    /// output the state of a container
+    State(IdArg),
+    /// kill sends the specified signal (default: SIGTERM) to the container's init process
+    Kill(KillArgs),
+    /// delete any resources held by the container often used with detached containers
+    Delete(DeleteArgs),
+    /// create and run a container
+    Run(RunArgs),
+    /// lists containers started by tinyrun with the given root
+    List(ListArgs),
+    /// create a new specification file
+    Spec(SpecArgs),
+}
+
+impl Command {
+    /// The exit status of a failure of this command.
+    pub(crate) fn failure_code(&self) -> u8 {
+        1
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct IdArg {
+    /// the container's id
+    pub id: String,
+}
+
+#[derive(Debug, Args, Clone)]
+pub(crate) struct CreateArgs {
+    /// path to the root of the bundle directory, defaults to the current directory
+    #[arg(short, long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
+    /// path to an AF_UNIX socket which will receive a file descriptor referencing the master end of the console's pseudoterminal
+    #[arg(long, value_name = "PATH")]
+    pub console_socket: Option<PathBuf>,
+    /// specify the file to write the process id to
+    #[arg(long, value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
+    /// do not use pivot root to jail process inside rootfs
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub no_pivot: bool,
+    /// do not create a new session keyring for the container
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub no_new_keyring: bool,
+    /// pass N additional file descriptors to the container (stdio + $LISTEN_FDS + N in total)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub preserve_fds: u32,
+    /// path to an AF_UNIX socket which will receive a pidfd of the container's init (not supported)
+    #[arg(long, value_name = "PATH")]
+    pub pidfd_socket: Option<PathBuf>,
+    /// the container's id
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub create: CreateArgs,
+    /// detach from the container's process
+    #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub detach: bool,
+    /// do not delete the container after it exits
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub keep: bool,
+    /// disable the use of the subreaper used to reap reparented processes
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub no_subreaper: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct KillArgs {
+    /// send the specified signal to all processes inside the container
+    #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub all: bool,
+    /// the container's id
+    pub id: String,
+    /// the signal: a number, or a name with or without SIG
+    #[arg(default_value = "SIGTERM")]
+    pub signal: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DeleteArgs {
+    /// forcibly deletes the container if it is still running (uses SIGKILL)
+    #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub force: bool,
+    /// the container's id
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// select one of: table or json
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub format: ListFormat,
+    /// display only container IDs
+    #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SpecArgs {
+    /// path to the root of the bundle directory
+    #[arg(short, long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
+    /// generate a configuration for a rootless container
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub rootless: bool,
+}
+
+/// Rewrites Go-style `-flag` into `--flag` for every long flag the command
+/// line knows, stopping at `--` and, for commands whose trailing arguments
+/// belong to the container (exec, ps), at the first positional after the
+/// subcommand.
+pub(crate) fn normalize(cmd: &clap::Command, argv: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut it = argv.into_iter();
+    if let Some(a0) = it.next() {
+        out.push(a0);
+    }
+    let mut scope = cmd.clone();
+    let mut in_sub = false;
+    let mut positionals = 0;
+    let mut expect_value = false;
+    for arg in it.by_ref() {
+        if expect_value {
+            expect_value = false;
+            out.push(arg);
+            continue;
+        }
+        if arg == "--" {
+            out.push(arg);
+            break;
+        }
+        let long_name = |a: &str| -> Option<(String, Option<String>)> {
+            let body = a.strip_prefix("--").or_else(|| a.strip_prefix('-').filter(|b| b.len() > 1))?;
+            let (name, val) = match body.split_once('=') {
+                Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                None => (body.to_string(), None),
+            };
+            Some((name, val))
+        };
+        if arg.starts_with('-') && arg.len() > 1 {
+            if let Some((name, val)) = long_name(&arg) {
+                let found = scope.get_arguments().find(|a| a.get_long() == Some(name.as_str())).cloned();
+                if let Some(a) = found {
+                    let takes_value = a.get_num_args().is_some_and(|n| n.min_values() > 0);
+                    expect_value = takes_value && val.is_none();
+                    out.push(match val {
+                        Some(v) => format!("--{name}={v}"),
+                        None => format!("--{name}"),
+                    });
+                    continue;
+                }
+            }
+            out.push(arg);
+            continue;
+        }
+        if !in_sub {
+            if let Some(sub) = scope.find_subcommand(&arg).cloned() {
+                in_sub = true;
+                scope = sub;
+                out.push(arg);
+                continue;
+            }
+        } else {
+            positionals += 1;
+            let stop = matches!(scope.get_name(), "exec" | "ps" | "kill");
+            out.push(arg);
+            if stop && positionals >= 1 {
+                break;
+            }
+            continue;
+        }
+        out.push(arg);
+    }
+    out.extend(it);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn norm(v: &[&str]) -> Vec<String> {
+        normalize(&Cli::command(), v.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn single_dash_long_flags_become_double_dash() {
+        assert_eq!(
+            norm(&["tinyrun", "-root", "/r", "-log-format=json", "create", "-bundle", "/b", "x"]),
+            ["tinyrun", "--root", "/r", "--log-format=json", "create", "--bundle", "/b", "x"]
+        );
+    }
+
+    #[test]
+    fn values_that_look_like_flags_are_left_alone() {
+        assert_eq!(norm(&["tinyrun", "--root", "-weird", "state", "x"]), ["tinyrun", "--root", "-weird", "state", "x"]);
+    }
+
+    #[test]
+    fn parses_go_style_forms() {
+        let c = Cli::try_parse_from(norm(&[
+            "tinyrun", "--root=/r", "-debug", "--criu", "criu", "run", "--detach=true", "--keep", "--keep", "id1",
+            "-b", "/b",
+        ]))
+        .unwrap();
+        assert!(c.debug);
+        let Some(Command::Run(r)) = c.command else { panic!("not run") };
+        assert!(r.detach && r.keep);
+        assert_eq!(r.create.id, "id1");
+        assert_eq!(r.create.bundle.as_deref(), Some(std::path::Path::new("/b")));
+    }
+
+    #[test]
+    fn kill_takes_id_then_signal() {
+        let c = Cli::try_parse_from(norm(&["tinyrun", "kill", "--all", "x", "9"])).unwrap();
+        let Some(Command::Kill(k)) = c.command else { panic!("not kill") };
+        assert!(k.all);
+        assert_eq!((k.id.as_str(), k.signal.as_str()), ("x", "9"));
+    }
+}

@@ -1,0 +1,81 @@
+//! One function per subcommand: build the library call, print what runc
+//! prints, return the exit status.
+
+mod create;
+mod delete;
+mod kill;
+mod list;
+mod run;
+mod spec;
+mod start;
+mod state;
+
+use std::path::{Path, PathBuf};
+
+use tinyrun::Runtime;
+
+use crate::args::{Cli, Command};
+use crate::logging::Logger;
+
+pub(crate) fn dispatch(cli: &Cli, command: &Command, log: &Logger) -> anyhow::Result<u8> {
+    let rt = Runtime::new(state_root(cli));
+    log.debug(&format!("state root {}", rt.root().display()));
+    match command {
+        Command::Create(a) => create::run(&rt, cli, a, log),
+        Command::Start(a) => start::run(&rt, a),
+        Command::State(a) => state::run(&rt, a),
+        Command::Kill(a) => kill::run(&rt, a),
+        Command::Delete(a) => delete::run(&rt, a),
+        Command::Run(a) => run::run(&rt, cli, a, log),
+        Command::List(a) => list::run(&rt, a),
+        Command::Spec(a) => spec::run(a),
+    }
+}
+
+/// `--root`, or runc's default: `/run/tinyrun` for real root, and
+/// `$XDG_RUNTIME_DIR/tinyrun` for anyone else, including root inside a user
+/// namespace unless `USER=root` (podman calls `state` without `--root`, so
+/// this must come out the same every time).
+pub(crate) fn state_root(cli: &Cli) -> PathBuf {
+    if let Some(r) = &cli.root {
+        return absolute(r);
+    }
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty());
+    match xdg {
+        Some(dir) if honor_xdg() => Path::new(&dir).join("tinyrun"),
+        _ => PathBuf::from("/run/tinyrun"),
+    }
+}
+
+fn honor_xdg() -> bool {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        return true;
+    }
+    if !in_user_namespace() {
+        return false;
+    }
+    std::env::var("USER").map(|u| u != "root").unwrap_or(true)
+}
+
+fn in_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .map(|m| m.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"])
+        .unwrap_or(false)
+}
+
+pub(crate) fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+pub(crate) fn version_text() -> String {
+    format!(
+        "tinyrun version {}\ncommit: {}\nspec: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        option_env!("TINYRUN_COMMIT").unwrap_or("unknown"),
+        tinyrun::SPEC_VERSION
+    )
+}

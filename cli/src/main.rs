@@ -1,0 +1,56 @@
+//! tinyrun: an OCI container runtime with runc's command line.
+//!
+//! A thin front end: parse runc-style arguments, set up logging the way
+//! containerd and podman read it, call one function of the runtime library,
+//! and turn its result into an exit status.
+#![forbid(unsafe_code)]
+
+mod args;
+mod cmd;
+mod logging;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches};
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().collect();
+    let argv = args::normalize(&args::Cli::command(), raw);
+    let matches = match args::Cli::command().try_get_matches_from(&argv) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
+    let cli = match args::Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(1);
+        }
+    };
+    if cli.version {
+        print!("{}", cmd::version_text());
+        return ExitCode::SUCCESS;
+    }
+    let log = match logging::Logger::new(&cli) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("level=error msg={:?}", format!("{e:#}"));
+            return ExitCode::from(1);
+        }
+    };
+    let Some(command) = cli.command.as_ref() else {
+        let _ = args::Cli::command().print_help();
+        return ExitCode::from(1);
+    };
+    let failure_code = command.failure_code();
+    match cmd::dispatch(&cli, command, &log) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            log.error(&format!("{e:#}"));
+            ExitCode::from(failure_code)
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Host-side observation and cleanup: /proc, cgroupfs and the mount table, as seen from the
+//! test process.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Every pid in /proc.
+pub(crate) fn all_pids() -> Vec<i32> {
+    fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The fields of /proc/PID/stat after the parenthesised comm: state, ppid, pgrp, session, ...
+pub(crate) fn proc_stat_fields(pid: i32) -> Option<Vec<String>> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// True if PID exists and is not a zombie.
+pub fn pid_alive(pid: i32) -> bool {
+    proc_stat_fields(pid).is_some_and(|f| f[0] != "Z" && f[0] != "X")
+}
+
+/// Start time (field 22 of /proc/PID/stat), to recognise a pid after reuse.
+pub(crate) fn proc_starttime(pid: i32) -> Option<u64> {
+    proc_stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// The argv of PID (empty if gone or a zombie).
+pub fn cmdline(pid: i32) -> Vec<String> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// Existing cgroup directories for container `id`: `/sys/fs/cgroup[/<hierarchy>]/tinyrun-test/<id>`.
+pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
+    assert!(
+        !id.is_empty() && !id.contains('/') && id != "." && id != "..",
+        "bad id {id:?}"
+    );
+    let base = Path::new("/sys/fs/cgroup");
+    let mut roots = vec![base.to_path_buf()];
+    if let Ok(d) = fs::read_dir(base) {
+        roots.extend(
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.is_dir()),
+        );
+    }
+    roots
+        .into_iter()
+        .map(|r| r.join("tinyrun-test").join(id))
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+/// Kill what is left inside container `id`'s cgroups (only there, never pid 1 or ourselves),
+/// then rmdir them depth-first. rmdir only: cgroupfs needs nothing else.
+pub(crate) fn remove_cgroup(id: &str) {
+    let me = std::process::id() as i32;
+    for dir in cgroup_dirs(id) {
+        for attempt in 0..40 {
+            let procs = cgroup_procs_recursive(&dir);
+            let procs: Vec<i32> = procs.into_iter().filter(|p| *p > 1 && *p != me).collect();
+            if procs.is_empty() || attempt == 39 {
+                break;
+            }
+            for p in procs {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        rmdir_tree(&dir);
+    }
+}
+
+fn cgroup_procs_recursive(dir: &Path) -> Vec<i32> {
+    let mut v: Vec<i32> = fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    if let Ok(d) = fs::read_dir(dir) {
+        for e in d.filter_map(|e| e.ok()) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                v.extend(cgroup_procs_recursive(&e.path()));
+            }
+        }
+    }
+    v
+}
+
+fn rmdir_tree(dir: &Path) {
+    if let Ok(d) = fs::read_dir(dir) {
+        for e in d.filter_map(|e| e.ok()) {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                rmdir_tree(&e.path());
+            }
+        }
+    }
+    if let Err(e) = fs::remove_dir(dir) {
+        eprintln!("cleanup: rmdir {}: {e}", dir.display());
+    }
+}
+
+/// Mount points at or below `dir` in our mount namespace, in mount order.
+pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(p.replace("\\040", " ")))
+        .filter(|p| p.starts_with(dir))
+        .collect()
+}

@@ -1,0 +1,97 @@
+//! Capability sets from `process.capabilities`, applied by init.
+//!
+//! Order matters and follows the kernel's rules: the bounding set is cut
+//! while init still holds CAP_SETPCAP, the ids are switched with
+//! PR_SET_KEEPCAPS so permitted survives a non-zero uid, then effective,
+//! permitted and inheritable are set, and ambient last (an ambient cap must
+//! be both permitted and inheritable).
+
+use std::str::FromStr;
+
+use caps::{CapSet, Capability, CapsHashSet};
+use oci_spec::runtime::LinuxCapabilities;
+
+use crate::error::{Result, RuntimeError};
+
+/// The five sets, converted and checked before cloning.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Sets {
+    pub bounding: CapsHashSet,
+    pub effective: CapsHashSet,
+    pub permitted: CapsHashSet,
+    pub inheritable: CapsHashSet,
+    pub ambient: CapsHashSet,
+}
+
+fn convert(field: &str, set: &Option<oci_spec::runtime::Capabilities>) -> Result<CapsHashSet> {
+    let mut out = CapsHashSet::new();
+    for c in set.iter().flatten() {
+        let name = format!("CAP_{c}");
+        let cap = Capability::from_str(&name)
+            .map_err(|_| RuntimeError::unsupported(format!("process.capabilities.{field}"), format!("unknown capability {name}")))?;
+        out.insert(cap);
+    }
+    Ok(out)
+}
+
+impl Sets {
+    /// Converts the config's sets; a missing block means "no capabilities".
+    pub(crate) fn from_spec(c: Option<&LinuxCapabilities>) -> Result<Sets> {
+        let Some(c) = c else { return Ok(Sets::default()) };
+        Ok(Sets {
+            bounding: convert("bounding", c.bounding())?,
+            effective: convert("effective", c.effective())?,
+            permitted: convert("permitted", c.permitted())?,
+            inheritable: convert("inheritable", c.inheritable())?,
+            ambient: convert("ambient", c.ambient())?,
+        })
+    }
+
+    /// Drops every capability not in the bounding set. Capabilities the
+    /// running kernel doesn't know are skipped, as runc does.
+    pub(crate) fn apply_bounding(&self) -> Result<(), String> {
+        for cap in caps::all() {
+            if !self.bounding.contains(&cap) && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
+                caps::drop(None, CapSet::Bounding, cap).map_err(|e| format!("drop {cap} from bounding set: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets effective, permitted, inheritable, then raises ambient.
+    pub(crate) fn apply_rest(&self) -> Result<(), String> {
+        // Permitted can only shrink, and effective must stay within it, so
+        // shrink effective first.
+        caps::set(None, CapSet::Effective, &self.effective.intersection(&self.permitted).copied().collect())
+            .map_err(|e| format!("set effective capabilities: {e}"))?;
+        caps::set(None, CapSet::Permitted, &self.permitted).map_err(|e| format!("set permitted capabilities: {e}"))?;
+        caps::set(None, CapSet::Effective, &self.effective).map_err(|e| format!("set effective capabilities: {e}"))?;
+        caps::set(None, CapSet::Inheritable, &self.inheritable)
+            .map_err(|e| format!("set inheritable capabilities: {e}"))?;
+        caps::clear(None, CapSet::Ambient).map_err(|e| format!("clear ambient capabilities: {e}"))?;
+        for cap in &self.ambient {
+            // Not an error when the cap isn't both permitted and
+            // inheritable: runc only warns, and configs rely on that.
+            let _ = caps::raise(None, CapSet::Ambient, *cap);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_names_and_missing_block_means_none() {
+        let c: LinuxCapabilities = serde_json::from_value(serde_json::json!({
+            "bounding": ["CAP_KILL", "CAP_NET_BIND_SERVICE"], "effective": ["CAP_KILL"]
+        }))
+        .unwrap();
+        let s = Sets::from_spec(Some(&c)).unwrap();
+        assert_eq!(s.bounding.len(), 2);
+        assert!(s.effective.contains(&Capability::CAP_KILL));
+        assert!(s.permitted.is_empty());
+        assert!(Sets::from_spec(None).unwrap().bounding.is_empty());
+    }
+}

@@ -1,0 +1,28 @@
+//! tinyrun: an OCI runtime library.
+//!
+//! [`Runtime`] holds a state root; its methods are the OCI operations
+//! (`create`, `start`, `state`, `kill`, `delete`) plus what callers of runc
+//! also use (`run`, `list`). Everything the kernel is asked to do lives in
+//! one module per isolation layer; `sys` holds the `unsafe` calls.
+#![deny(unsafe_code)]
+
+mod capabilities;
+mod error;
+mod hooks;
+mod lifecycle;
+mod namespaces;
+mod process;
+mod rlimits;
+mod rootfs;
+pub mod spec;
+mod state;
+mod sys;
+mod user;
+
+pub use error::{Result, RuntimeError, SysError};
+pub use lifecycle::kill::parse_signal;
+pub use lifecycle::{Container, ContainerState, CreateOptions, RunOptions, Runtime, Status};
+pub use oci_spec;
+
+/// The runtime-spec version this build implements.
+pub const SPEC_VERSION: &str = oci_spec::runtime::VERSION;

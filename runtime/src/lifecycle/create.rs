@@ -1,0 +1,225 @@
+//! `create`: build the container and leave its init waiting for `start`.
+//!
+//! Returns only once init is fully set up and blocked just before execve;
+//! then nothing of the runtime stays behind. Any failure undoes everything:
+//! init is killed, and the state directory removed.
+
+use std::ffi::CString;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::Pid;
+use oci_spec::runtime::LinuxNamespaceType;
+
+use super::{check_id, Container, HookState, Runtime};
+use crate::capabilities::Sets;
+use crate::error::{Result, RuntimeError};
+use crate::hooks::{self, Kind};
+use crate::namespaces::Plan;
+use crate::process::init::InitConfig;
+use crate::process::launch::{self, Host};
+use crate::spec::{self, Bundle};
+use crate::state::{now_rfc3339, proc_start_time, write_atomic, Locked, Record, CONFIG_FILE, START_SOCKET};
+use crate::user::Ids;
+
+/// What `create` (and `run`) take besides the id.
+#[derive(Debug, Default, Clone)]
+pub struct CreateOptions {
+    /// The bundle directory (config.json + rootfs).
+    pub bundle: PathBuf,
+    /// Where to write init's host pid (absolute).
+    pub pid_file: Option<PathBuf>,
+    /// `--console-socket`.
+    pub console_socket: Option<PathBuf>,
+    /// MS_MOVE + chroot instead of pivot_root.
+    pub no_pivot: bool,
+    /// Keep the caller's session keyring.
+    pub no_new_keyring: bool,
+    /// Extra fds, after the LISTEN_FDS ones, passed to the program.
+    pub preserve_fds: u32,
+    /// Socket-activation fds the caller got (LISTEN_FDS for our pid).
+    pub listen_fds: u32,
+    /// `--systemd-cgroup`: recorded so later commands behave the same.
+    pub systemd_cgroup: bool,
+    /// The runtime returns while the container runs (create, run -d).
+    pub detach: bool,
+}
+
+impl Runtime {
+    /// Creates container `id` from `opts.bundle`.
+    pub fn create(&self, id: &str, opts: &CreateOptions) -> Result<Container> {
+        check_id(id)?;
+        let bundle = spec::load(&opts.bundle)?;
+        check_terminal(&bundle, opts)?;
+        let lock = Locked::create(self.root(), id)?;
+        match build(&lock, id, &bundle, opts) {
+            Ok(rec) => Ok(Container { lock, rec }),
+            Err(e) => Err(match lock.remove() {
+                Ok(()) => e,
+                Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c) },
+            }),
+        }
+    }
+}
+
+/// runc's rules for a terminal: the pty master goes to a console socket when
+/// the runtime detaches, and a socket without a terminal makes no sense.
+fn check_terminal(b: &Bundle, opts: &CreateOptions) -> Result<()> {
+    let terminal = b.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
+    match (terminal, opts.detach, opts.console_socket.is_some()) {
+        (true, true, false) => Err(RuntimeError::InvalidArgument(
+            "cannot allocate tty if tinyrun will detach without setting console socket".into(),
+        )),
+        (false, _, true) | (true, false, true) => Err(RuntimeError::InvalidArgument(
+            "cannot use console socket if tinyrun will not detach or allocate tty".into(),
+        )),
+        (true, _, _) => Err(RuntimeError::unsupported("process.terminal", "terminals are not implemented yet")),
+        _ => Ok(()),
+    }
+}
+
+struct CreateHost<'a> {
+    id: &'a str,
+    bundle: &'a Bundle,
+}
+
+impl Host for CreateHost<'_> {
+    fn join_cgroup(&mut self, _pid: Pid) -> Result<()> {
+        // Cgroups are not managed yet; validation refused any resource limit.
+        Ok(())
+    }
+
+    fn runtime_hooks(&mut self, pid: Pid) -> Result<()> {
+        let st = hook_state(self.id, self.bundle, pid.as_raw(), "creating");
+        hooks::run_all(&self.bundle.spec, Kind::Prestart, &st)?;
+        hooks::run_all(&self.bundle.spec, Kind::CreateRuntime, &st)
+    }
+}
+
+pub(crate) fn hook_state(id: &str, b: &Bundle, pid: i32, status: &str) -> Vec<u8> {
+    serde_json::to_vec(&HookState {
+        oci_version: b.spec.version(),
+        id,
+        status,
+        pid,
+        bundle: &b.dir,
+        annotations: b.spec.annotations().as_ref(),
+    })
+    .unwrap_or_default()
+}
+
+fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions) -> Result<Record> {
+    let created = now_rfc3339();
+    let spec = &bundle.spec;
+    let config = serde_json::to_vec(spec).map_err(|e| RuntimeError::InvalidSpec(format!("encode config: {e}")))?;
+    write_atomic(&lock.path(CONFIG_FILE), &config, 0o600)?;
+
+    let plan = Plan::new(spec)?;
+    if !plan.is_new(LinuxNamespaceType::Mount) && !plan.joins.iter().any(|j| j.typ == LinuxNamespaceType::Mount) {
+        return Err(RuntimeError::InvalidSpec(
+            "linux.namespaces: a mount namespace is required (mounts must not reach the host)".into(),
+        ));
+    }
+    let listener = bind_start_socket(&lock.path(START_SOCKET), &lock.dir)?;
+    let cfg = init_config(id, bundle, &plan, opts, &listener)?;
+    let mut host = CreateHost { id, bundle };
+    let launched = launch::launch(&cfg, &mut host)?;
+    let pid = launched.pid;
+    let result = (|| -> Result<Record> {
+        let start_time = proc_start_time(pid.as_raw())
+            .map(|(t, _)| t)
+            .ok_or_else(|| RuntimeError::Init("init exited right after set-up".into()))?;
+        let rec = Record {
+            id: id.to_string(),
+            bundle: bundle.dir.clone(),
+            rootfs: bundle.rootfs.clone(),
+            pid: pid.as_raw(),
+            start_time,
+            created,
+            annotations: spec.annotations().clone().unwrap_or_default(),
+            systemd_cgroup: opts.systemd_cgroup,
+            own_pid_ns: plan.is_new(LinuxNamespaceType::Pid),
+            cgroup_path: None,
+        };
+        lock.save(&rec)?;
+        if let Some(p) = &opts.pid_file {
+            write_atomic(p, pid.as_raw().to_string().as_bytes(), 0o644)?;
+        }
+        Ok(rec)
+    })();
+    match result {
+        Ok(rec) => {
+            launched.commit()?;
+            Ok(rec)
+        }
+        Err(e) => {
+            launched.abort();
+            if let Some(p) = &opts.pid_file {
+                let _ = std::fs::remove_file(p);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Binds `<state>/start.sock` through the directory's `/proc/self/fd` name,
+/// so a long state root can't overflow `sun_path`.
+fn bind_start_socket(path: &Path, dir: &Path) -> Result<std::os::fd::OwnedFd> {
+    let dirfd = std::fs::File::open(dir).map_err(|e| RuntimeError::io("open", dir, e))?;
+    let short = format!("{}/{START_SOCKET}", crate::sys::fs::fd_path(&dirfd));
+    let l = UnixListener::bind(&short).map_err(|e| RuntimeError::io("bind start socket", path, e))?;
+    Ok(l.into())
+}
+
+fn init_config<'a>(
+    id: &'a str,
+    b: &'a Bundle,
+    plan: &'a Plan,
+    opts: &CreateOptions,
+    listener: &'a std::os::fd::OwnedFd,
+) -> Result<InitConfig<'a>> {
+    let spec = &b.spec;
+    let process = spec.process().as_ref().ok_or_else(|| RuntimeError::InvalidSpec("process is not set".into()))?;
+    let args = process
+        .args()
+        .iter()
+        .flatten()
+        .map(|a| CString::new(a.as_str()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|_| RuntimeError::InvalidSpec("process.args: an argument contains a NUL byte".into()))?;
+    let mut env = process.env().clone().unwrap_or_default();
+    if opts.listen_fds > 0 {
+        env.retain(|e| !e.starts_with("LISTEN_FDS=") && !e.starts_with("LISTEN_PID="));
+        env.push(format!("LISTEN_FDS={}", opts.listen_fds));
+        env.push("LISTEN_PID=1".into());
+    }
+    let user = process.user();
+    let wants_hooks = [Kind::Prestart, Kind::CreateRuntime, Kind::CreateContainer, Kind::StartContainer]
+        .iter()
+        .any(|k| !hooks::list(spec, *k).is_empty());
+    Ok(InitConfig {
+        id,
+        bundle: &b.dir,
+        rootfs: &b.rootfs,
+        spec,
+        plan,
+        caps: Sets::from_spec(process.capabilities().as_ref())?,
+        rlimits: crate::rlimits::from_spec(process.rlimits().as_ref())?,
+        ids: Ids {
+            uid: user.uid(),
+            gid: user.gid(),
+            additional_gids: user.additional_gids().clone().unwrap_or_default(),
+        },
+        umask: user.umask().unwrap_or(0o022),
+        args,
+        env,
+        cwd: process.cwd().clone(),
+        no_new_privs: process.no_new_privileges().unwrap_or(false),
+        no_pivot: opts.no_pivot,
+        no_new_keyring: opts.no_new_keyring,
+        oom_score_adj: process.oom_score_adj(),
+        preserved_fds: opts.listen_fds + opts.preserve_fds,
+        wants_hooks,
+        start_listener: listener,
+    })
+}

@@ -1,0 +1,64 @@
+//! `delete`: remove a stopped container and everything create made.
+
+use std::time::Duration;
+
+use super::state::Status;
+use super::{check_id, Container, Runtime};
+use crate::error::{Result, RuntimeError};
+use crate::hooks::{self, Kind};
+use crate::state::Locked;
+
+impl Runtime {
+    /// Deletes `id`. A `created` container is killed first (as runc does);
+    /// a running one only with `force`. With `force`, an unknown id is fine.
+    pub fn delete(&self, id: &str, force: bool) -> Result<()> {
+        check_id(id)?;
+        let c = match self.load(id) {
+            Ok(c) => c,
+            Err(RuntimeError::NotFound(_)) => {
+                // A directory without a record is a create that died midway.
+                let leftover = Locked::open(self.root(), id).ok();
+                let existed = leftover.is_some();
+                if let Some(l) = leftover {
+                    l.remove()?;
+                }
+                return if force || existed { Ok(()) } else { Err(RuntimeError::NotFound(id.to_string())) };
+            }
+            Err(e) => return Err(e),
+        };
+        match c.status() {
+            Status::Stopped => {}
+            Status::Created => c.kill_and_wait()?,
+            Status::Running | Status::Paused if force => c.kill_and_wait()?,
+            Status::Running | Status::Paused => {
+                return Err(RuntimeError::InvalidState(format!("cannot delete container {id} that is not stopped")))
+            }
+        }
+        c.destroy()
+    }
+}
+
+impl Container {
+    fn kill_and_wait(&self) -> Result<()> {
+        match self.signal(nix::sys::signal::Signal::SIGKILL as i32, true) {
+            Ok(()) | Err(RuntimeError::NotRunning) => {}
+            Err(e) => return Err(e),
+        }
+        if !self.wait_stopped(Duration::from_secs(10)) {
+            return Err(RuntimeError::InvalidState(format!("container {} did not stop after SIGKILL", self.id())));
+        }
+        Ok(())
+    }
+
+    /// Frees what create made, then runs poststop hooks. A poststop failure
+    /// is returned (runc does), after everything is already gone.
+    fn destroy(self) -> Result<()> {
+        let spec = self.config().ok();
+        let st = self.hook_state("stopped");
+        self.lock.remove()?;
+        if let Some(spec) = spec {
+            hooks::run_all(&spec, Kind::Poststop, &st)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,115 @@
+//! The OCI operations, one module each: load the container, check its
+//! state, act, persist.
+
+mod create;
+mod delete;
+pub(crate) mod kill;
+mod run;
+mod start;
+mod state;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Result, RuntimeError};
+use crate::state::{Locked, Record};
+
+pub use create::CreateOptions;
+pub use run::RunOptions;
+pub use state::{ContainerState, Status};
+
+/// A state root (`--root`) holding containers, one directory each.
+pub struct Runtime {
+    root: PathBuf,
+}
+
+/// A container loaded from the state root, locked while this value lives.
+pub struct Container {
+    lock: Locked,
+    rec: Record,
+}
+
+impl Runtime {
+    /// A runtime keeping its state under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Runtime {
+        Runtime { root: root.into() }
+    }
+
+    /// The state root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Loads container `id`, or fails with `container does not exist`.
+    pub fn load(&self, id: &str) -> Result<Container> {
+        check_id(id)?;
+        let lock = Locked::open(&self.root, id)?;
+        if !lock.path(crate::state::STATE_FILE).exists() {
+            // A create that was killed before it recorded anything.
+            return Err(RuntimeError::NotFound(id.to_string()));
+        }
+        let rec = lock.load()?;
+        Ok(Container { lock, rec })
+    }
+}
+
+impl Container {
+    /// The container's id.
+    pub fn id(&self) -> &str {
+        &self.rec.id
+    }
+
+    /// Host pid of the container's init.
+    pub fn pid(&self) -> i32 {
+        self.rec.pid
+    }
+}
+
+/// Container ids are directory names: no separators, no dot-dot, nothing
+/// a shell or a path would read differently.
+pub(crate) fn check_id(id: &str) -> Result<()> {
+    let bad = |why| Err(RuntimeError::InvalidId(id.to_string(), why));
+    if id.is_empty() {
+        return bad("it is empty");
+    }
+    if id.len() > 1024 {
+        return bad("it is longer than 1024 bytes");
+    }
+    if id == "." || id == ".." {
+        return bad("it is a dot path");
+    }
+    if !id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '+' | '-' | '.')) {
+        return bad("only letters, digits, '_', '+', '-' and '.' are allowed");
+    }
+    Ok(())
+}
+
+/// The runtime-spec State, as hooks receive it on stdin.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct HookState<'a> {
+    pub oci_version: &'a str,
+    pub id: &'a str,
+    pub status: &'a str,
+    pub pid: i32,
+    pub bundle: &'a Path,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<&'a HashMap<String, String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_that_would_escape_or_confuse_are_refused() {
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "x\n"] {
+            assert!(check_id(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["a", "ct-1.2_x+y", &"x".repeat(64)] {
+            check_id(good).unwrap();
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! `start`: release the waiting init into the user's program.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+use super::state::Status;
+use super::Container;
+use crate::error::{Result, RuntimeError};
+use crate::hooks::{self, Kind};
+use crate::state::{CONFIG_FILE, START_SOCKET};
+
+impl Container {
+    /// Runs the container's program. The container must be `created`.
+    pub fn start(&mut self) -> Result<()> {
+        match self.status() {
+            Status::Created => {}
+            Status::Stopped => return Err(RuntimeError::InvalidState("cannot start a container that has stopped".into())),
+            Status::Running | Status::Paused => {
+                return Err(RuntimeError::InvalidState("cannot start an already running container".into()))
+            }
+        }
+        let sock = self.lock.path(START_SOCKET);
+        let dir = std::fs::File::open(&self.lock.dir).map_err(|e| RuntimeError::io("open", &self.lock.dir, e))?;
+        let short = format!("{}/{START_SOCKET}", crate::sys::fs::fd_path(&dir));
+        let mut conn = UnixStream::connect(&short).map_err(|e| match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => {
+                RuntimeError::InvalidState("cannot start container: its init process exited before start".into())
+            }
+            _ => RuntimeError::io("connect to start socket", &sock, e),
+        })?;
+        conn.write_all(b"s").map_err(|e| RuntimeError::io("write to start socket", &sock, e))?;
+        // Init closes the connection by exec'ing (it is close-on-exec), or
+        // writes why it could not.
+        let mut reply = String::new();
+        let _ = conn.read_to_string(&mut reply);
+        let _ = std::fs::remove_file(&sock);
+        if !reply.is_empty() {
+            return Err(RuntimeError::Init(reply));
+        }
+        let spec = self.config()?;
+        let st = self.hook_state("running");
+        if let Err(e) = hooks::run_all(&spec, Kind::Poststart, &st) {
+            let _ = self.signal(nix::sys::signal::Signal::SIGKILL as i32, true);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The config.json snapshot taken at create.
+    pub(crate) fn config(&self) -> Result<oci_spec::runtime::Spec> {
+        let path = self.lock.path(CONFIG_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| RuntimeError::io("read", &path, e))?;
+        serde_json::from_slice(&bytes).map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", path.display())))
+    }
+
+    pub(crate) fn hook_state(&self, status: &str) -> Vec<u8> {
+        serde_json::to_vec(&super::HookState {
+            oci_version: oci_spec::runtime::VERSION,
+            id: &self.rec.id,
+            status,
+            pid: self.rec.pid,
+            bundle: &self.rec.bundle,
+            annotations: Some(&self.rec.annotations).filter(|a| !a.is_empty()),
+        })
+        .unwrap_or_default()
+    }
+}

@@ -1,0 +1,298 @@
+//! The container's init: everything between `clone3` and `execve`.
+//!
+//! Runs in the cloned child (and, when a late pid namespace needs it, in its
+//! own child). The runtime prepared every input in [`InitConfig`] before
+//! cloning, so this is a linear script of kernel calls. It reports the first
+//! failure to the runtime as one message naming the step, and never returns
+//! into the runtime's code: it ends in `execve` or `_exit`.
+//!
+//! Order (runtime-spec "Lifecycle", runc's standard init):
+//!  1. wait for the runtime's Go (maps written, cgroup joined)
+//!  2. namespaces: join, unshare, maybe fork once more for a late pid ns
+//!  3. hostname, domainname, session keyring, oom_score_adj
+//!  4. rootfs: propagation, mounts in order, /dev
+//!  5. prestart + createRuntime hooks (in the runtime), createContainer hooks
+//!  6. sysctl, readonlyPaths, maskedPaths, pivot_root, read-only root
+//!  7. rlimits, cwd, user + capabilities, cwd check, no_new_privs
+//!  8. look up args[0]; mark every other fd close-on-exec; Ready
+//!  9. wait on start.sock; startContainer hooks; execve
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::sched::CloneFlags;
+use nix::sys::signal::Signal;
+use nix::unistd::{Gid, Uid};
+use oci_spec::runtime::{LinuxNamespaceType, Spec};
+
+use super::sync::{Channel, Msg};
+use crate::capabilities::Sets;
+use crate::namespaces::{self, Plan};
+use crate::rlimits::Limit;
+use crate::sys::{self, Forked};
+use crate::user::Ids;
+use crate::{hooks, rootfs, user};
+
+/// Everything init needs, built by the runtime before cloning.
+pub(crate) struct InitConfig<'a> {
+    pub id: &'a str,
+    pub bundle: &'a Path,
+    pub rootfs: &'a Path,
+    pub spec: &'a Spec,
+    pub plan: &'a Plan,
+    pub caps: Sets,
+    pub rlimits: Vec<Limit>,
+    pub ids: Ids,
+    pub umask: u32,
+    pub args: Vec<CString>,
+    pub env: Vec<String>,
+    pub cwd: PathBuf,
+    pub no_new_privs: bool,
+    pub no_pivot: bool,
+    pub no_new_keyring: bool,
+    pub oom_score_adj: Option<i32>,
+    /// fds 3.. that pass to the program untouched (LISTEN_FDS + --preserve-fds).
+    pub preserved_fds: u32,
+    /// Hooks exist that need the runtime's help (or the init's pid).
+    pub wants_hooks: bool,
+    /// Listening socket that `start` connects to.
+    pub start_listener: &'a OwnedFd,
+}
+
+/// Child entry point. Never returns.
+pub(crate) fn main(cfg: &InitConfig, chan: &Channel) -> ! {
+    // setup only comes back on failure: success ends in execve.
+    let err = match setup(cfg, chan) {
+        Ok(()) => "init returned without exec".to_string(),
+        Err(e) => e,
+    };
+    let _ = chan.send(&Msg::Error(err));
+    sys::exit_child(1)
+}
+
+type Step = Result<(), String>;
+
+fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
+    // If the runtime dies before the container is committed, so do we.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    expect(chan, Msg::Go)?;
+    let plan = cfg.plan;
+    if plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
+        become_ns_root()?;
+    }
+    enter_namespaces(plan, chan)?;
+
+    if plan.is_new(LinuxNamespaceType::Uts) {
+        if let Some(h) = cfg.spec.hostname().as_deref() {
+            nix::unistd::sethostname(h).map_err(|e| format!("sethostname {h:?}: {e}"))?;
+        }
+        if let Some(d) = cfg.spec.domainname().as_deref() {
+            sys::setdomainname(d).map_err(|e| e.to_string())?;
+        }
+    }
+    if !cfg.no_new_keyring {
+        match sys::join_session_keyring(&format!("_ses.{}", cfg.id)) {
+            Err(e) if e.errno == nix::errno::Errno::ENOSYS => {}
+            r => r.map_err(|e| e.to_string())?,
+        }
+    }
+    if let Some(adj) = cfg.oom_score_adj {
+        std::fs::write("/proc/self/oom_score_adj", adj.to_string())
+            .map_err(|e| format!("process.oomScoreAdj: write {adj} to /proc/self/oom_score_adj: {e}"))?;
+    }
+    // Device nodes and created directories take their modes literally.
+    nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+
+    let opts = rootfs::Options {
+        spec: cfg.spec,
+        rootfs: cfg.rootfs,
+        bundle: cfg.bundle,
+        in_user_ns: plan.user_ns(),
+        cgroup_ns: plan.is_new(LinuxNamespaceType::Cgroup),
+    };
+    let root = rootfs::prepare(&opts)?;
+
+    let mut host_pid = 0;
+    if cfg.wants_hooks {
+        chan.send(&Msg::HooksPlease).map_err(|e| e.to_string())?;
+        match chan.recv().map_err(|e| e.to_string())? {
+            Some(Msg::HooksDone(pid)) => host_pid = pid,
+            Some(Msg::Error(e)) => return Err(e),
+            other => return Err(format!("unexpected message from runtime: {other:?}")),
+        }
+        hooks::run_all(cfg.spec, hooks::Kind::CreateContainer, &state_json(cfg, host_pid, "created"))
+            .map_err(|e| e.to_string())?;
+    }
+
+    rootfs::apply_sysctl(&root, cfg.spec)?;
+    rootfs::protect_paths(&root, cfg.spec)?;
+    root.mkdir_all(&cfg.cwd, 0o755).map_err(|e| format!("process.cwd: {e}"))?;
+    rootfs::enter(root, cfg.spec, cfg.no_pivot)?;
+
+    crate::rlimits::apply(&cfg.rlimits)?;
+    // chdir before dropping privileges (the directory may be closed to the
+    // user), and check afterwards that it is inside the new root.
+    nix::unistd::chdir(&cfg.cwd).map_err(|e| format!("process.cwd: chdir {}: {e}", cfg.cwd.display()))?;
+    user::switch(&cfg.ids, &cfg.caps, user::setgroups_allowed())?;
+    verify_cwd()?;
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(cfg.umask));
+    if cfg.no_new_privs {
+        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("prctl(PR_SET_NO_NEW_PRIVS): {e}"))?;
+    }
+
+    let env = build_env(cfg);
+    let exe = find_executable(&cfg.args[0], &env)?;
+    let env: Vec<CString> = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
+    sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
+
+    chan.send(&Msg::Ready).map_err(|e| e.to_string())?;
+    expect(chan, Msg::Committed)?;
+    // From here the container outlives the runtime.
+    nix::sys::prctl::set_pdeathsig(None).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    chan.send(&Msg::Detached).map_err(|e| e.to_string())?;
+    wait_for_start_and_exec(cfg, host_pid, &exe, &env)
+}
+
+fn expect(chan: &Channel, want: Msg) -> Step {
+    match chan.recv().map_err(|e| e.to_string())? {
+        Some(m) if m == want => Ok(()),
+        // The runtime is gone (killed, or it gave up): nothing to report to.
+        None => sys::exit_child(1),
+        Some(Msg::Error(e)) => Err(e),
+        Some(other) => Err(format!("unexpected message from runtime: {other:?} (wanted {want:?})")),
+    }
+}
+
+/// In a user namespace made by clone: take uid/gid 0 of it, now that the
+/// runtime has written the maps. Unmapped 0 is left alone (the config may
+/// map only the user it runs as).
+fn become_ns_root() -> Step {
+    match nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) => {}
+        Err(e) => return Err(format!("setresgid 0 in user namespace: {e}")),
+    }
+    match nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL) => Ok(()),
+        Err(e) => Err(format!("setresuid 0 in user namespace: {e}")),
+    }
+}
+
+fn enter_namespaces(plan: &Plan, chan: &Channel) -> Step {
+    for j in &plan.joins {
+        namespaces::setns(j).map_err(|e| e.to_string())?;
+    }
+    if plan.child_unshares_user {
+        namespaces::unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| e.to_string())?;
+        chan.send(&Msg::MapsPlease).map_err(|e| e.to_string())?;
+        expect(chan, Msg::MapsDone)?;
+        become_ns_root()?;
+    }
+    namespaces::unshare(plan.unshare_flags).map_err(|e| e.to_string())?;
+    if plan.needs_second_fork {
+        namespaces::unshare(CloneFlags::CLONE_NEWPID).map_err(|e| e.to_string())?;
+        second_fork(chan)?;
+    }
+    Ok(())
+}
+
+/// Forks the real init into the pid namespace just made. The intermediate
+/// reports its pid and leaves; CLONE_PARENT makes the runtime its parent, so
+/// PDEATHSIG and reaping work as for a direct child. A pipe holds the new
+/// init back until the runtime has its pid.
+fn second_fork(chan: &Channel) -> Step {
+    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    match sys::clone_fork(libc::CLONE_PARENT as u64, None).map_err(|e| e.to_string())? {
+        Forked::Parent(pid) => {
+            let _ = chan.send(&Msg::Pid(pid.as_raw()));
+            drop(wr);
+            sys::exit_child(0)
+        }
+        Forked::Child => {
+            drop(wr);
+            let mut b = [0u8; 1];
+            let _ = nix::unistd::read(rd.as_raw_fd(), &mut b);
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))
+        }
+    }
+}
+
+/// CVE-2024-21626: a cwd reached through a leaked fd would be outside the
+/// root, and getcwd then reports it as unreachable.
+fn verify_cwd() -> Step {
+    match nix::unistd::getcwd() {
+        Ok(p) if p.is_absolute() => Ok(()),
+        Ok(p) => Err(format!("process.cwd resolved outside the container root ({})", p.display())),
+        Err(e) => Err(format!("process.cwd is not reachable inside the container: {e}")),
+    }
+}
+
+fn build_env(cfg: &InitConfig) -> Vec<String> {
+    let mut env = cfg.env.clone();
+    if !env.iter().any(|e| e.starts_with("HOME=")) {
+        env.push(format!("HOME={}", user::home_of(cfg.ids.uid)));
+    }
+    env
+}
+
+/// Resolves args[0] as execvp would, in the container, against the
+/// process's own PATH; a missing program fails `create`, not `start`.
+fn find_executable(arg0: &CString, env: &[String]) -> Result<CString, String> {
+    let name = arg0.to_str().map_err(|_| "process.args[0] is not UTF-8".to_string())?;
+    let runnable = |p: &Path| {
+        nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok() && p.metadata().is_ok_and(|m| m.is_file())
+    };
+    if name.contains('/') {
+        return if runnable(Path::new(name)) {
+            Ok(arg0.clone())
+        } else {
+            Err(format!("exec: {name:?}: no such file or directory, or not executable"))
+        };
+    }
+    let path = env
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let p = Path::new(dir).join(name);
+        if runnable(&p) {
+            return CString::new(p.into_os_string().into_encoded_bytes()).map_err(|e| e.to_string());
+        }
+    }
+    Err(format!("exec: {name:?}: executable file not found in $PATH"))
+}
+
+/// The State JSON a hook gets on stdin.
+pub(crate) fn state_json(cfg: &InitConfig, pid: i32, status: &str) -> Vec<u8> {
+    let st = crate::lifecycle::HookState {
+        oci_version: cfg.spec.version(),
+        id: cfg.id,
+        status,
+        pid,
+        bundle: cfg.bundle,
+        annotations: cfg.spec.annotations().as_ref(),
+    };
+    serde_json::to_vec(&st).unwrap_or_default()
+}
+
+/// Blocks until `start` connects, then runs startContainer hooks and execs.
+/// A failure is written back on the connection so `start` can report it;
+/// on success the connection closes with execve (it is close-on-exec).
+fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, exe: &CString, env: &[CString]) -> Step {
+    let conn = sys::accept(cfg.start_listener).map_err(|e| format!("start socket: {e}"))?;
+    let mut b = [0u8; 1];
+    let _ = nix::unistd::read(conn.as_raw_fd(), &mut b);
+    let fail = |msg: String| -> Step {
+        let _ = nix::unistd::write(&conn, msg.as_bytes());
+        sys::exit_child(127)
+    };
+    if let Err(e) = hooks::run_all(cfg.spec, hooks::Kind::StartContainer, &state_json(cfg, host_pid, "created")) {
+        return fail(e.to_string());
+    }
+    let argv: Vec<&std::ffi::CStr> = cfg.args.iter().map(|a| a.as_c_str()).collect();
+    let envp: Vec<&std::ffi::CStr> = env.iter().map(|a| a.as_c_str()).collect();
+    sys::reset_signals();
+    let errno = sys::execve(exe, &argv, &envp);
+    fail(format!("exec {:?}: {errno}", exe))
+}

@@ -1,0 +1,185 @@
+//! The runtime's half of making init: clone it into its namespaces, serve
+//! its requests (id maps, hooks), and hand back its pid once it is ready.
+//!
+//! Runs in the runtime process. See [`super::sync`] for the conversation.
+
+use std::io::Write;
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+use oci_spec::runtime::{LinuxIdMapping, LinuxNamespaceType, Spec};
+
+use super::init::{self, InitConfig};
+use super::sync::{self, Channel, Msg};
+use crate::error::{Result, RuntimeError, SysError};
+use crate::namespaces;
+use crate::sys::{self, Forked};
+
+/// An init that reported Ready and waits for [`Launched::commit`].
+pub(crate) struct Launched {
+    pub pid: Pid,
+    chan: Channel,
+}
+
+impl Launched {
+    /// Tells init the container is recorded; it then detaches from the
+    /// runtime. Returns once init no longer dies with the runtime.
+    pub(crate) fn commit(self) -> Result<()> {
+        self.chan.send(&Msg::Committed)?;
+        match self.chan.recv()? {
+            Some(Msg::Detached) => Ok(()),
+            None => Err(RuntimeError::Init(died(self.pid))),
+            Some(Msg::Error(e)) => Err(RuntimeError::Init(e)),
+            Some(m) => Err(RuntimeError::Init(format!("unexpected message {m:?}"))),
+        }
+    }
+
+    /// Kills a half-made init (and waits for it, when it is our child).
+    pub(crate) fn abort(self) {
+        kill_and_reap(self.pid);
+    }
+}
+
+fn kill_and_reap(pid: Pid) {
+    let _ = kill(pid, Signal::SIGKILL);
+    let _ = waitpid(pid, None);
+}
+
+/// Callbacks into the lifecycle code while init is being set up.
+pub(crate) trait Host {
+    /// Put the new process into the container's cgroup before it runs.
+    fn join_cgroup(&mut self, pid: Pid) -> Result<()>;
+    /// Run prestart and createRuntime hooks.
+    fn runtime_hooks(&mut self, pid: Pid) -> Result<()>;
+}
+
+/// Clones init and drives it to Ready.
+pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> {
+    let (ours, theirs) = sync::pair()?;
+    let plan = cfg.plan;
+    let forked = clone_init(cfg.spec, plan)?;
+    let child = match forked {
+        Forked::Child => {
+            drop(ours);
+            init::main(cfg, &theirs)
+        }
+        Forked::Parent(pid) => pid,
+    };
+    drop(theirs);
+    let mut init_pid = child;
+    let result = (|| -> Result<()> {
+        if plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER) {
+            write_id_maps(child, cfg.spec)?;
+        }
+        // The one place init joins its cgroup: before it has run any code
+        // of its own, so every process it makes is accounted there too.
+        host.join_cgroup(child)?;
+        ours.send(&Msg::Go)?;
+        loop {
+            match ours.recv()? {
+                Some(Msg::MapsPlease) => {
+                    write_id_maps(child, cfg.spec)?;
+                    ours.send(&Msg::MapsDone)?;
+                }
+                Some(Msg::Pid(p)) => {
+                    // The intermediate is done once it has told us.
+                    let _ = waitpid(child, None);
+                    init_pid = Pid::from_raw(p);
+                }
+                Some(Msg::HooksPlease) => {
+                    if let Err(e) = host.runtime_hooks(init_pid) {
+                        let _ = ours.send(&Msg::Error(e.to_string()));
+                        return Err(e);
+                    }
+                    ours.send(&Msg::HooksDone(init_pid.as_raw()))?;
+                }
+                Some(Msg::Ready) => return Ok(()),
+                Some(Msg::Error(e)) => return Err(RuntimeError::Init(e)),
+                Some(m) => return Err(RuntimeError::Init(format!("unexpected message {m:?}"))),
+                None => return Err(RuntimeError::Init(died(init_pid))),
+            }
+        }
+    })();
+    match result {
+        Ok(()) => Ok(Launched { pid: init_pid, chan: ours }),
+        Err(e) => {
+            kill_and_reap(init_pid);
+            if init_pid != child {
+                kill_and_reap(child);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn died(pid: Pid) -> String {
+    match waitpid(pid, None) {
+        Ok(nix::sys::wait::WaitStatus::Exited(_, c)) => format!("init exited with status {c} during set-up"),
+        Ok(nix::sys::wait::WaitStatus::Signaled(_, s, _)) => format!("init was killed by {s} during set-up"),
+        _ => "init exited during set-up".into(),
+    }
+}
+
+/// clone3 with the planned flags; the pid or time namespace joined (or, for
+/// time with offsets, made) by the runtime only for the duration of the call.
+fn clone_init(spec: &Spec, plan: &namespaces::Plan) -> Result<Forked> {
+    let mut restore = Vec::new();
+    for j in &plan.parent_joins {
+        let name = if j.typ == LinuxNamespaceType::Pid { "pid" } else { "time" };
+        restore.push(namespaces::Join { typ: j.typ, fd: namespaces::open_own(name)? });
+        namespaces::setns(j)?;
+    }
+    let mut flags = plan.clone_flags.bits() as u64;
+    if plan.is_new(LinuxNamespaceType::Time) {
+        match spec.linux().as_ref().and_then(|l| l.time_offsets().as_ref()) {
+            Some(offsets) => {
+                restore.push(namespaces::Join { typ: LinuxNamespaceType::Time, fd: namespaces::open_own("time")? });
+                namespaces::unshare(namespaces::flag(LinuxNamespaceType::Time))?;
+                write_time_offsets(offsets)?;
+            }
+            None => flags |= libc::CLONE_NEWTIME as u64,
+        }
+    }
+    let forked = sys::clone_fork(flags, None);
+    if let Ok(Forked::Child) = forked {
+        return Ok(Forked::Child);
+    }
+    for j in &restore {
+        namespaces::setns(j)?;
+    }
+    Ok(forked?)
+}
+
+fn write_time_offsets(offsets: &std::collections::HashMap<String, oci_spec::runtime::LinuxTimeOffset>) -> Result<()> {
+    let mut text = String::new();
+    for (clock, off) in offsets {
+        text.push_str(&format!("{clock} {} {}\n", off.secs().unwrap_or(0), off.nanosecs().unwrap_or(0)));
+    }
+    std::fs::write("/proc/self/timens_offsets", text)
+        .map_err(|e| RuntimeError::io("write linux.timeOffsets to", "/proc/self/timens_offsets", e))
+}
+
+fn write_id_maps(pid: Pid, spec: &Spec) -> Result<()> {
+    let linux = spec.linux().as_ref();
+    let fmt = |maps: Option<&Vec<LinuxIdMapping>>| {
+        maps.into_iter()
+            .flatten()
+            .map(|m| format!("{} {} {}\n", m.container_id(), m.host_id(), m.size()))
+            .collect::<String>()
+    };
+    for (file, maps) in [("uid_map", linux.and_then(|l| l.uid_mappings().as_ref())), ("gid_map", linux.and_then(|l| l.gid_mappings().as_ref()))] {
+        let text = fmt(maps);
+        if text.is_empty() {
+            continue;
+        }
+        let path = format!("/proc/{pid}/{file}");
+        // The kernel takes the whole map in a single write.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(|e| RuntimeError::Sys(SysError::new("write", format_args!("{path} ({})", text.trim().replace('\n', "; ")), sys::io_errno(&e))))?;
+    }
+    Ok(())
+}

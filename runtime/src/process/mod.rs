@@ -1,0 +1,6 @@
+//! Making the container's init process: the clone, the conversation with
+//! it, and the script it runs.
+
+pub(crate) mod init;
+pub(crate) mod launch;
+pub(crate) mod sync;

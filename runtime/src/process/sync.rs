@@ -1,0 +1,123 @@
+//! The runtime ↔ init conversation during `create`.
+//!
+//! ```text
+//!  runtime (tinyrun create)                 init (cloned child)
+//!  ────────────────────────                 ───────────────────
+//!  clone3(namespaces[, into cgroup]) ──────▶ waits for Go
+//!  write uid/gid maps, join cgroup
+//!  Go ────────────────────────────────────▶ setns / unshare the rest
+//!                                   ◀────── MapsPlease  (only when init made
+//!  write uid/gid maps                                    its user namespace)
+//!  MapsDone ──────────────────────────────▶
+//!                                   ◀────── Pid(n)      (only when a second
+//!                                                        fork was needed)
+//!                                           hostname, mounts, /dev
+//!                                   ◀────── HooksPlease
+//!  prestart + createRuntime hooks
+//!  HooksDone(pid) ────────────────────────▶ createContainer hooks, sysctl,
+//!                                           masked/readonly paths, pivot,
+//!                                           rlimits, user, caps, NNP,
+//!                                           look up args[0]
+//!                                   ◀────── Ready
+//!  write state.json and --pid-file
+//!  Committed ─────────────────────────────▶ drop PDEATHSIG
+//!                                   ◀────── Detached
+//!  returns                                  accept() on start.sock ... execve
+//!
+//!  at any point:                    ◀────── Error{msg}   then init exits
+//! ```
+//!
+//! Messages are JSON, one per `SOCK_SEQPACKET` datagram, so framing is the
+//! kernel's job. Both ends are close-on-exec.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
+use serde::{Deserialize, Serialize};
+
+use crate::error::SysError;
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub(crate) enum Msg {
+    /// Runtime → init: maps written and cgroup joined; carry on.
+    Go,
+    /// Init → runtime: write my uid/gid maps (the user namespace was
+    /// unshared by init itself, after joining other namespaces).
+    MapsPlease,
+    /// Runtime → init: maps written.
+    MapsDone,
+    /// Init → runtime: the real init's host pid, when an intermediate forked it.
+    Pid(i32),
+    /// Init → runtime: run prestart and createRuntime hooks now.
+    HooksPlease,
+    /// Runtime → init: those hooks succeeded; init's host pid, for the
+    /// state that createContainer and startContainer hooks receive.
+    HooksDone(i32),
+    /// Init → runtime: set-up finished; about to wait for `start`.
+    Ready,
+    /// Runtime → init: the state is on disk; the runtime may now leave.
+    Committed,
+    /// Init → runtime: PDEATHSIG is off; the runtime may exit.
+    Detached,
+    /// Either way: what failed. The sender gives up after sending it.
+    Error(String),
+}
+
+/// One end of the conversation.
+pub(crate) struct Channel {
+    fd: OwnedFd,
+}
+
+/// A fresh connected pair: (runtime end, init end).
+pub(crate) fn pair() -> Result<(Channel, Channel), SysError> {
+    let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+        .map_err(|e| SysError::bare("socketpair", e))?;
+    Ok((Channel { fd: a }, Channel { fd: b }))
+}
+
+impl Channel {
+    pub(crate) fn send(&self, msg: &Msg) -> Result<(), SysError> {
+        let bytes = serde_json::to_vec(msg).map_err(|_| SysError::bare("encode sync message", nix::errno::Errno::EINVAL))?;
+        loop {
+            match send(self.fd.as_raw_fd(), &bytes, MsgFlags::MSG_NOSIGNAL) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(SysError::bare("send sync message", e)),
+                Ok(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// The next message, or `None` when the other end is gone.
+    pub(crate) fn recv(&self) -> Result<Option<Msg>, SysError> {
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = loop {
+            match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(SysError::bare("receive sync message", e)),
+                Ok(n) => break n,
+            }
+        };
+        if n == 0 {
+            return Ok(None);
+        }
+        serde_json::from_slice(&buf[..n])
+            .map(Some)
+            .map_err(|_| SysError::bare("decode sync message", nix::errno::Errno::EBADMSG))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_cross_and_eof_is_none() {
+        let (a, b) = pair().unwrap();
+        a.send(&Msg::Pid(7)).unwrap();
+        a.send(&Msg::Error("boom: EPERM".into())).unwrap();
+        assert_eq!(b.recv().unwrap(), Some(Msg::Pid(7)));
+        assert_eq!(b.recv().unwrap(), Some(Msg::Error("boom: EPERM".into())));
+        drop(a);
+        assert_eq!(b.recv().unwrap(), None);
+    }
+}

@@ -1,0 +1,87 @@
+//! `process.rlimits`, applied by init with setrlimit before it drops
+//! privileges (raising a hard limit needs CAP_SYS_RESOURCE).
+
+use nix::sys::resource::{setrlimit, Resource};
+use oci_spec::runtime::{PosixRlimit, PosixRlimitType};
+
+use crate::error::{Result, RuntimeError};
+
+/// One limit, converted before cloning.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limit {
+    pub resource: Resource,
+    pub name: &'static str,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+fn resource(t: PosixRlimitType) -> Option<(Resource, &'static str)> {
+    use PosixRlimitType as T;
+    Some(match t {
+        T::RlimitCpu => (Resource::RLIMIT_CPU, "RLIMIT_CPU"),
+        T::RlimitFsize => (Resource::RLIMIT_FSIZE, "RLIMIT_FSIZE"),
+        T::RlimitData => (Resource::RLIMIT_DATA, "RLIMIT_DATA"),
+        T::RlimitStack => (Resource::RLIMIT_STACK, "RLIMIT_STACK"),
+        T::RlimitCore => (Resource::RLIMIT_CORE, "RLIMIT_CORE"),
+        T::RlimitRss => (Resource::RLIMIT_RSS, "RLIMIT_RSS"),
+        T::RlimitNproc => (Resource::RLIMIT_NPROC, "RLIMIT_NPROC"),
+        T::RlimitNofile => (Resource::RLIMIT_NOFILE, "RLIMIT_NOFILE"),
+        T::RlimitMemlock => (Resource::RLIMIT_MEMLOCK, "RLIMIT_MEMLOCK"),
+        T::RlimitAs => (Resource::RLIMIT_AS, "RLIMIT_AS"),
+        T::RlimitLocks => (Resource::RLIMIT_LOCKS, "RLIMIT_LOCKS"),
+        T::RlimitSigpending => (Resource::RLIMIT_SIGPENDING, "RLIMIT_SIGPENDING"),
+        T::RlimitMsgqueue => (Resource::RLIMIT_MSGQUEUE, "RLIMIT_MSGQUEUE"),
+        T::RlimitNice => (Resource::RLIMIT_NICE, "RLIMIT_NICE"),
+        T::RlimitRtprio => (Resource::RLIMIT_RTPRIO, "RLIMIT_RTPRIO"),
+        T::RlimitRttime => (Resource::RLIMIT_RTTIME, "RLIMIT_RTTIME"),
+        #[allow(unreachable_patterns)]
+        _ => return None,
+    })
+}
+
+/// Converts and checks the config's limits (duplicates, soft > hard).
+pub(crate) fn from_spec(limits: Option<&Vec<PosixRlimit>>) -> Result<Vec<Limit>> {
+    let mut out: Vec<Limit> = Vec::new();
+    for l in limits.into_iter().flatten() {
+        let (resource, name) = resource(l.typ())
+            .ok_or_else(|| RuntimeError::unsupported("process.rlimits", format!("unknown limit {:?}", l.typ())))?;
+        if out.iter().any(|o| o.name == name) {
+            return Err(RuntimeError::InvalidSpec(format!("process.rlimits: {name} given twice")));
+        }
+        if l.soft() > l.hard() {
+            return Err(RuntimeError::InvalidSpec(format!("process.rlimits: {name} soft limit is above its hard limit")));
+        }
+        out.push(Limit { resource, name, soft: l.soft(), hard: l.hard() });
+    }
+    Ok(out)
+}
+
+/// Applies the limits to the calling process.
+pub(crate) fn apply(limits: &[Limit]) -> Result<(), String> {
+    for l in limits {
+        setrlimit(l.resource, l.soft, l.hard).map_err(|e| {
+            let hint = if e == nix::errno::Errno::EPERM { " (raising a hard limit needs CAP_SYS_RESOURCE)" } else { "" };
+            format!("setrlimit {} soft={} hard={}: {e}{hint}", l.name, l.soft, l.hard)
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soft_above_hard_and_duplicates_are_refused() {
+        let l: Vec<PosixRlimit> = serde_json::from_value(serde_json::json!([
+            {"type": "RLIMIT_NOFILE", "soft": 2048, "hard": 1024}
+        ]))
+        .unwrap();
+        assert!(from_spec(Some(&l)).unwrap_err().to_string().contains("RLIMIT_NOFILE"));
+        let l: Vec<PosixRlimit> = serde_json::from_value(serde_json::json!([
+            {"type": "RLIMIT_CORE", "soft": 0, "hard": 0}, {"type": "RLIMIT_CORE", "soft": 0, "hard": 0}
+        ]))
+        .unwrap();
+        assert!(from_spec(Some(&l)).unwrap_err().to_string().contains("twice"));
+    }
+}

@@ -1,0 +1,115 @@
+//! /dev: the default device nodes every container gets, `linux.devices`,
+//! and the usual symlinks.
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::mount::MsFlags;
+use nix::sys::stat::{makedev, mknodat, Mode, SFlag};
+use nix::fcntl::AtFlags;
+use nix::unistd::{fchownat, Gid, Uid};
+use oci_spec::runtime::LinuxDeviceType;
+
+use super::{Options, Result};
+use crate::sys::fs::{fd_path, reopen_dir, Root};
+use crate::sys::mount::mount;
+
+struct Node {
+    path: String,
+    kind: SFlag,
+    major: u64,
+    minor: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+/// The runtime-spec's default devices.
+const DEFAULTS: [(&str, u64, u64); 6] =
+    [("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0)];
+
+const LINKS: [(&str, &str); 5] = [
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+    ("ptmx", "pts/ptmx"),
+];
+
+pub(super) fn populate(root: &Root, o: &Options) -> Result<()> {
+    let mut nodes: Vec<Node> = DEFAULTS
+        .iter()
+        .map(|(n, major, minor)| Node {
+            path: format!("/dev/{n}"),
+            kind: SFlag::S_IFCHR,
+            major: *major,
+            minor: *minor,
+            mode: 0o666,
+            uid: 0,
+            gid: 0,
+        })
+        .collect();
+    for d in o.spec.linux().as_ref().and_then(|l| l.devices().as_ref()).into_iter().flatten() {
+        let kind = match d.typ() {
+            LinuxDeviceType::C | LinuxDeviceType::U => SFlag::S_IFCHR,
+            LinuxDeviceType::B => SFlag::S_IFBLK,
+            LinuxDeviceType::P => SFlag::S_IFIFO,
+            LinuxDeviceType::A => return Err(format!("linux.devices {}: type \"a\" is not a device", d.path().display())),
+        };
+        let path = d.path().to_str().ok_or("linux.devices: path is not UTF-8")?.to_string();
+        nodes.retain(|n| n.path != path);
+        nodes.push(Node {
+            path,
+            kind,
+            major: d.major() as u64,
+            minor: d.minor() as u64,
+            mode: d.file_mode().unwrap_or(0o666),
+            uid: d.uid().unwrap_or(0),
+            gid: d.gid().unwrap_or(0),
+        });
+    }
+    for n in &nodes {
+        make_node(root, n, o.in_user_ns).map_err(|e| format!("device {}: {e}", n.path))?;
+    }
+    let dev = root.mkdir_all(Path::new("/dev"), 0o755).map_err(|e| e.to_string())?;
+    let dev = reopen_dir(&dev).map_err(|e| format!("open /dev: {e}"))?;
+    for (name, target) in LINKS {
+        match nix::unistd::symlinkat(target, Some(dev.as_raw_fd()), name) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(format!("symlink /dev/{name}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
+    let path = Path::new(&n.path);
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let name = path.file_name().ok_or("no file name")?;
+    if in_user_ns && n.kind != SFlag::S_IFIFO {
+        // mknod of a device is refused in a user namespace: bind the
+        // host's node over an empty file instead.
+        let target = root.ensure(path, true).map_err(|e| e.to_string())?;
+        return mount(Some(&n.path), &fd_path(&target), None, MsFlags::MS_BIND, None, &root.describe(path))
+            .map_err(|e| e.to_string());
+    }
+    let dir = root.mkdir_all(parent, 0o755).map_err(|e| e.to_string())?;
+    let dir = reopen_dir(&dir).map_err(|e| e.to_string())?;
+    let mode = Mode::from_bits_truncate(n.mode & 0o7777);
+    match mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, makedev(n.major, n.minor)) {
+        Ok(()) => {}
+        // The image may already have it (a /dev that isn't a tmpfs).
+        Err(Errno::EEXIST) => return Ok(()),
+        Err(e) => return Err(format!("mknod: {e}")),
+    }
+    // Init runs with umask 0, so the mode above is taken literally.
+    fchownat(
+        Some(dir.as_raw_fd()),
+        name,
+        Some(Uid::from_raw(n.uid)),
+        Some(Gid::from_raw(n.gid)),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| format!("chown: {e}"))
+}

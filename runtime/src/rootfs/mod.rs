@@ -1,0 +1,131 @@
+//! The container's root filesystem, built by init inside its new mount
+//! namespace (runtime-spec "Root", "Mounts", "Linux: devices, maskedPaths,
+//! readonlyPaths, rootfsPropagation").
+//!
+//! Every destination is resolved inside the rootfs by fd (see
+//! [`crate::sys::fs`]), so a symlink in the image can't send a mount, a
+//! device node or a write out to the host.
+
+mod cgroupfs;
+mod devices;
+mod mounts;
+mod paths;
+
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use nix::mount::{MntFlags, MsFlags};
+use oci_spec::runtime::Spec;
+
+use crate::sys::fs::Root;
+use crate::sys::mount::{mount, propagation_flag};
+
+/// Init-side failure: a message that names what failed.
+pub(crate) type Result<T> = std::result::Result<T, String>;
+
+/// Options that shape the rootfs, decided by the runtime before cloning.
+pub(crate) struct Options<'a> {
+    pub spec: &'a Spec,
+    pub rootfs: &'a Path,
+    pub bundle: &'a Path,
+    /// Device nodes can't be made in a user namespace: bind them instead.
+    pub in_user_ns: bool,
+    /// A private cgroup namespace: `cgroup` mounts show its root.
+    pub cgroup_ns: bool,
+}
+
+/// Turns the bundle's rootfs into a populated mount tree: propagation, the
+/// rootfs bind, every mount in order, and /dev. Returns the resolution root.
+pub(crate) fn prepare(o: &Options) -> Result<Root> {
+    let linux = o.spec.linux().as_ref();
+    let prop = linux.and_then(|l| l.rootfs_propagation().as_deref()).filter(|p| !p.is_empty());
+    // Nothing mounted from here on may leak back to the host: every mount we
+    // copied is made a slave (or what rootfsPropagation asks, when that is
+    // private/slave). Shared and unbindable are applied after pivot_root,
+    // which refuses a shared parent.
+    let first = match prop.and_then(propagation_flag) {
+        Some(f) if f.intersects(MsFlags::MS_PRIVATE | MsFlags::MS_SLAVE) => f | MsFlags::MS_REC,
+        Some(_) | None => MsFlags::MS_SLAVE | MsFlags::MS_REC,
+    };
+    if prop.is_some() && prop.and_then(propagation_flag).is_none() {
+        return Err(format!("linux.rootfsPropagation: unknown value {:?}", prop.unwrap_or_default()));
+    }
+    mount(None, "/", None, first, None, "/").map_err(|e| e.to_string())?;
+    let rootfs = o.rootfs.to_str().ok_or("rootfs path is not UTF-8")?;
+    // pivot_root needs the new root to be a mount point.
+    mount(Some(rootfs), rootfs, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, rootfs).map_err(|e| e.to_string())?;
+    let root = Root::open(o.rootfs).map_err(|e| e.to_string())?;
+
+    let mut dev_is_bind = false;
+    for m in o.spec.mounts().as_deref().unwrap_or(&[]) {
+        if m.destination() == Path::new("/dev") && mounts::is_bind(m) {
+            dev_is_bind = true;
+        }
+        mounts::mount_one(&root, m, o)?;
+    }
+    if !dev_is_bind {
+        devices::populate(&root, o)?;
+    }
+    Ok(root)
+}
+
+/// Writes `linux.sysctl` through the container's own /proc.
+pub(crate) fn apply_sysctl(root: &Root, spec: &Spec) -> Result<()> {
+    let Some(sysctl) = spec.linux().as_ref().and_then(|l| l.sysctl().as_ref()) else { return Ok(()) };
+    for (k, v) in sysctl {
+        let path = Path::new("/proc/sys").join(k.replace('.', "/"));
+        let fd = root
+            .open_in(&path, nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_TRUNC)
+            .map_err(|e| format!("linux.sysctl {k}: {e}"))?;
+        nix::unistd::write(&fd, v.as_bytes()).map_err(|e| format!("linux.sysctl {k}={v}: write: {e}"))?;
+    }
+    Ok(())
+}
+
+/// readonlyPaths, then maskedPaths (runtime-spec order).
+pub(crate) fn protect_paths(root: &Root, spec: &Spec) -> Result<()> {
+    let Some(linux) = spec.linux().as_ref() else { return Ok(()) };
+    for p in linux.readonly_paths().as_deref().unwrap_or(&[]) {
+        paths::make_readonly(root, Path::new(p))?;
+    }
+    for p in linux.masked_paths().as_deref().unwrap_or(&[]) {
+        paths::mask(root, Path::new(p))?;
+    }
+    Ok(())
+}
+
+/// Makes the rootfs `/`: `pivot_root` and a lazy unmount of the old root,
+/// or, with `no_pivot`, MS_MOVE + chroot (for roots on a ramfs).
+pub(crate) fn enter(root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
+    let dir = crate::sys::fs::reopen_dir(&root_fd(&root)?).map_err(|e| format!("open rootfs: {e}"))?;
+    nix::unistd::fchdir(dir.as_raw_fd()).map_err(|e| format!("chdir to rootfs: {e}"))?;
+    if no_pivot {
+        mount(Some("."), "/", None, MsFlags::MS_MOVE, None, "/").map_err(|e| e.to_string())?;
+        nix::unistd::chroot(".").map_err(|e| format!("chroot: {e}"))?;
+    } else {
+        // pivot_root(".", ".") stacks the old root on top of the new one;
+        // unmounting "." then removes just the old root.
+        nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;
+        mount(None, ".", None, MsFlags::MS_SLAVE | MsFlags::MS_REC, None, "old root").map_err(|e| e.to_string())?;
+        nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(|e| format!("unmount old root: {e}"))?;
+    }
+    nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?;
+
+    let linux = spec.linux().as_ref();
+    if let Some(f) = linux.and_then(|l| l.rootfs_propagation().as_deref()).and_then(propagation_flag) {
+        if f.intersects(MsFlags::MS_SHARED | MsFlags::MS_UNBINDABLE) {
+            mount(None, "/", None, f | MsFlags::MS_REC, None, "/").map_err(|e| e.to_string())?;
+        }
+    }
+    if spec.root().as_ref().and_then(|r| r.readonly()).unwrap_or(false) {
+        let root_fd = crate::sys::fs::open_path(Path::new("/"), nix::fcntl::OFlag::O_PATH).map_err(|e| e.to_string())?;
+        let locked = crate::sys::mount::locked_flags(&root_fd);
+        let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
+        mount(None, "/", None, flags, None, "/").map_err(|e| format!("make root read-only: {e}"))?;
+    }
+    Ok(())
+}
+
+fn root_fd(root: &Root) -> Result<std::os::fd::OwnedFd> {
+    root.fd().try_clone_to_owned().map_err(|e| format!("dup rootfs fd: {e}"))
+}

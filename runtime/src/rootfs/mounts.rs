@@ -1,0 +1,78 @@
+//! One config.json mount at a time, in order.
+
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::mount::MsFlags;
+use oci_spec::runtime::Mount;
+
+use super::{Options, Result};
+use crate::sys::fs::{fd_path, Root};
+use crate::sys::mount::{locked_flags, mount, parse_options, MountOptions};
+
+pub(super) fn is_bind(m: &Mount) -> bool {
+    m.typ().as_deref() == Some("bind")
+        || m.options().as_deref().unwrap_or(&[]).iter().any(|o| o == "bind" || o == "rbind")
+}
+
+/// Mounts `m` at its destination resolved inside `root`.
+pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
+    let dest = m.destination();
+    let what = |e: &dyn std::fmt::Display| format!("mount {}: {e}", dest.display());
+    let opts = parse_options(m.options().as_deref().unwrap_or(&[])).map_err(|e| what(&e))?;
+    let typ = m.typ().as_deref().unwrap_or("");
+    if typ == "cgroup" || typ == "cgroup2" {
+        return super::cgroupfs::mount_cgroup(root, dest, &opts, o).map_err(|e| what(&e));
+    }
+    if opts.is_bind() || typ == "bind" {
+        return bind(root, m, &opts, o).map_err(|e| what(&e));
+    }
+    let target = root.mkdir_all(dest, 0o755).map_err(|e| what(&e))?;
+    let source = m.source().as_ref().and_then(|s| s.to_str()).unwrap_or(typ);
+    let (flags, data) = (opts.flags, opts.data.as_str());
+    // The kernel won't create a read-only mount of a fresh tmpfs/devpts and
+    // then let us populate it; like runc, mount rw and remount ro afterwards
+    // only for tmpfs, which is where /dev lives.
+    let later_ro = typ == "tmpfs" && flags.contains(MsFlags::MS_RDONLY);
+    let first = if later_ro { flags & !MsFlags::MS_RDONLY } else { flags };
+    mount(Some(source), &fd_path(&target), Some(typ), first, Some(data), &root.describe(dest)).map_err(|e| what(&e))?;
+    after_mount(root, dest, &opts, later_ro).map_err(|e| what(&e))
+}
+
+fn bind(root: &Root, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> {
+    let dest = m.destination();
+    let src = m.source().as_ref().ok_or("a bind mount needs a source")?;
+    // A relative source is relative to the bundle, as runc reads it.
+    let src: PathBuf = if src.is_absolute() { src.clone() } else { o.bundle.join(src) };
+    let meta = std::fs::metadata(&src).map_err(|e| format!("source {}: {e}", src.display()))?;
+    let target = root.ensure(dest, !meta.is_dir()).map_err(|e| e.to_string())?;
+    let src_str = src.to_str().ok_or("source path is not UTF-8")?;
+    let flags = MsFlags::MS_BIND | (opts.flags & MsFlags::MS_REC);
+    mount(Some(src_str), &fd_path(&target), None, flags, None, &root.describe(dest)).map_err(|e| e.to_string())?;
+    let rest = opts.flags & !(MsFlags::MS_BIND | MsFlags::MS_REC | MsFlags::MS_REMOUNT);
+    if !rest.is_empty() {
+        // Remount the new mount, found again through the root, so the
+        // remount can't hit the mount underneath it.
+        let fresh = root.open_in(dest, OFlag::O_PATH).map_err(|e| e.to_string())?;
+        let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | rest | locked_flags(&fresh);
+        mount(None, &fd_path(&fresh), None, flags, None, &root.describe(dest)).map_err(|e| e.to_string())?;
+    }
+    after_mount(root, dest, opts, false)
+}
+
+/// Propagation changes, and the deferred read-only remount of a tmpfs.
+fn after_mount(root: &Root, dest: &Path, opts: &MountOptions, remount_ro: bool) -> Result<()> {
+    if opts.propagation.is_empty() && !remount_ro {
+        return Ok(());
+    }
+    let fresh = root.open_in(dest, OFlag::O_PATH).map_err(|e| e.to_string())?;
+    let target = fd_path(&fresh);
+    for p in &opts.propagation {
+        mount(None, &target, None, *p, None, &root.describe(dest)).map_err(|e| e.to_string())?;
+    }
+    if remount_ro {
+        let flags = MsFlags::MS_REMOUNT | opts.flags;
+        mount(None, &target, None, flags, Some(&opts.data), &root.describe(dest)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

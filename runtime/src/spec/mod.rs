@@ -1,0 +1,53 @@
+//! Reading config.json and refusing, before anything is made, what tinyrun
+//! can't do or what makes no sense.
+//!
+//! Runs in the runtime process only. After [`load`] succeeds, the rest of the
+//! runtime can rely on: `process` present with non-empty args and an absolute
+//! cwd, `root.path` absolute and an existing directory, every namespace type
+//! at most once, user mappings present exactly when a new user namespace is
+//! asked for, and no field set that tinyrun would otherwise ignore.
+
+mod default;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+use oci_spec::runtime::Spec;
+
+use crate::error::{Result, RuntimeError};
+
+pub use default::default_spec;
+pub(crate) use validate::validate;
+
+/// A parsed and checked config, with the rootfs made absolute.
+pub struct Bundle {
+    /// Absolute bundle directory.
+    pub dir: PathBuf,
+    /// The parsed config.json.
+    pub spec: Spec,
+    /// Absolute, canonical rootfs path.
+    pub rootfs: PathBuf,
+}
+
+/// Loads `<bundle>/config.json`, resolves the rootfs and validates everything.
+pub fn load(bundle: &Path) -> Result<Bundle> {
+    let dir = std::fs::canonicalize(bundle).map_err(|e| RuntimeError::io("open bundle", bundle, e))?;
+    let config = dir.join("config.json");
+    let bytes = std::fs::read(&config).map_err(|e| RuntimeError::io("read", &config, e))?;
+    let spec: Spec = serde_json::from_slice(&bytes)
+        .map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", config.display())))?;
+    let root = spec
+        .root()
+        .as_ref()
+        .ok_or_else(|| RuntimeError::InvalidSpec(format!("{}: root.path is not set", config.display())))?;
+    let rootfs = dir.join(root.path());
+    let rootfs = std::fs::canonicalize(&rootfs).map_err(|e| RuntimeError::io("open rootfs", &rootfs, e))?;
+    if !rootfs.is_dir() {
+        return Err(RuntimeError::InvalidSpec(format!("root.path {} is not a directory", rootfs.display())));
+    }
+    validate(&spec).map_err(|e| match e {
+        RuntimeError::InvalidSpec(m) => RuntimeError::InvalidSpec(format!("{}: {m}", config.display())),
+        other => other,
+    })?;
+    Ok(Bundle { dir, spec, rootfs })
+}

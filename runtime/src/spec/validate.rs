@@ -1,0 +1,276 @@
+//! Small named checks on a parsed spec, run in order before anything is made.
+
+use std::collections::HashSet;
+
+use oci_spec::runtime::{LinuxNamespaceType, Spec};
+
+use crate::error::{Result, RuntimeError};
+
+fn invalid(msg: impl Into<String>) -> RuntimeError {
+    RuntimeError::InvalidSpec(msg.into())
+}
+
+/// Runs every check; the first failure is returned.
+pub(crate) fn validate(spec: &Spec) -> Result<()> {
+    check_process(spec)?;
+    check_namespaces(spec)?;
+    check_mounts(spec)?;
+    check_sysctl(spec)?;
+    check_hooks(spec)?;
+    check_unsupported(spec)?;
+    Ok(())
+}
+
+fn check_process(spec: &Spec) -> Result<()> {
+    let p = spec.process().as_ref().ok_or_else(|| invalid("process is not set"))?;
+    if p.args().as_ref().is_none_or(|a| a.is_empty()) {
+        return Err(invalid("process.args must not be empty"));
+    }
+    if !p.cwd().is_absolute() {
+        return Err(invalid(format!("process.cwd {:?} is not an absolute path", p.cwd())));
+    }
+    if let Some(env) = p.env() {
+        if let Some(bad) = env.iter().find(|e| !e.contains('=') || e.starts_with('=')) {
+            return Err(invalid(format!("process.env entry {bad:?} is not NAME=VALUE")));
+        }
+    }
+    Ok(())
+}
+
+fn check_namespaces(spec: &Spec) -> Result<()> {
+    let linux = spec.linux().as_ref();
+    let nss = linux.and_then(|l| l.namespaces().as_ref()).map(|v| v.as_slice()).unwrap_or(&[]);
+    let mut seen = HashSet::new();
+    for ns in nss {
+        if !seen.insert(ns.typ()) {
+            return Err(invalid(format!("linux.namespaces: {} namespace given twice", ns.typ())));
+        }
+        if let Some(path) = ns.path() {
+            if !path.is_absolute() {
+                return Err(invalid(format!("linux.namespaces: {} path {path:?} is not absolute", ns.typ())));
+            }
+        }
+    }
+    let new_user = nss.iter().any(|n| n.typ() == LinuxNamespaceType::User && n.path().is_none());
+    let maps = linux.is_some_and(|l| {
+        l.uid_mappings().as_ref().is_some_and(|m| !m.is_empty()) || l.gid_mappings().as_ref().is_some_and(|m| !m.is_empty())
+    });
+    if new_user && !maps {
+        return Err(invalid("linux.uidMappings/gidMappings: a new user namespace needs id mappings"));
+    }
+    if maps && !new_user {
+        return Err(invalid("linux.uidMappings/gidMappings are set but no new user namespace is asked for"));
+    }
+    let has_time = nss.iter().any(|n| n.typ() == LinuxNamespaceType::Time);
+    if linux.is_some_and(|l| l.time_offsets().is_some()) && !has_time {
+        return Err(invalid("linux.timeOffsets needs a time namespace"));
+    }
+    if nss.iter().any(|n| n.typ() == LinuxNamespaceType::Time && n.path().is_some())
+        && linux.is_some_and(|l| l.time_offsets().is_some())
+    {
+        return Err(invalid("linux.timeOffsets can't be applied to a joined time namespace"));
+    }
+    Ok(())
+}
+
+fn check_mounts(spec: &Spec) -> Result<()> {
+    for m in spec.mounts().as_deref().unwrap_or(&[]) {
+        if !m.destination().is_absolute() {
+            return Err(invalid(format!("mounts: destination {:?} is not an absolute path", m.destination())));
+        }
+        let opts = m.options().as_deref().unwrap_or(&[]);
+        crate::sys::mount::parse_options(opts)
+            .map_err(|why| RuntimeError::unsupported(format!("mounts[{}].options", m.destination().display()), why))?;
+        if m.uid_mappings().is_some() || m.gid_mappings().is_some() {
+            return Err(RuntimeError::unsupported(
+                format!("mounts[{}].uidMappings", m.destination().display()),
+                "id-mapped mounts are not supported",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A sysctl is allowed only when the namespace that scopes it is private, so a
+/// container can never change a host-wide setting.
+fn check_sysctl(spec: &Spec) -> Result<()> {
+    let Some(linux) = spec.linux() else { return Ok(()) };
+    let Some(sysctl) = linux.sysctl() else { return Ok(()) };
+    let private = |t: LinuxNamespaceType| {
+        linux.namespaces().as_ref().is_some_and(|v| v.iter().any(|n| n.typ() == t))
+    };
+    for key in sysctl.keys() {
+        let k = key.replace('/', ".");
+        let ok = if k.starts_with("net.") {
+            private(LinuxNamespaceType::Network)
+        } else if k == "kernel.hostname" || k == "kernel.domainname" {
+            private(LinuxNamespaceType::Uts)
+        } else if k.starts_with("fs.mqueue.")
+            || ["kernel.msgmax", "kernel.msgmnb", "kernel.msgmni", "kernel.sem", "kernel.shmall", "kernel.shmmax",
+                "kernel.shmmni", "kernel.shm_rmid_forced"]
+                .contains(&k.as_str())
+        {
+            private(LinuxNamespaceType::Ipc)
+        } else {
+            false
+        };
+        if !ok {
+            return Err(invalid(format!(
+                "linux.sysctl: {key:?} is not allowed: it is not namespaced, or its namespace is shared with the host"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_hooks(spec: &Spec) -> Result<()> {
+    let Some(hooks) = spec.hooks() else { return Ok(()) };
+    #[allow(deprecated)]
+    let all = [
+        ("prestart", hooks.prestart()),
+        ("createRuntime", hooks.create_runtime()),
+        ("createContainer", hooks.create_container()),
+        ("startContainer", hooks.start_container()),
+        ("poststart", hooks.poststart()),
+        ("poststop", hooks.poststop()),
+    ];
+    for (name, list) in all {
+        for h in list.as_deref().unwrap_or(&[]) {
+            if !h.path().is_absolute() {
+                return Err(invalid(format!("hooks.{name}: path {:?} is not absolute", h.path())));
+            }
+            if h.timeout().is_some_and(|t| t <= 0) {
+                return Err(invalid(format!("hooks.{name}: timeout must be greater than zero")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fields that parse but that this build does not implement. Silently
+/// ignoring any of them would weaken the box the caller asked for.
+fn check_unsupported(spec: &Spec) -> Result<()> {
+    let unsupported = |field: &str| Err(RuntimeError::unsupported(field, "not implemented by tinyrun"));
+    if let Some(p) = spec.process() {
+        if p.scheduler().is_some() {
+            return unsupported("process.scheduler");
+        }
+        if p.io_priority().is_some() {
+            return unsupported("process.ioPriority");
+        }
+        if p.exec_cpu_affinity().is_some() {
+            return unsupported("process.execCPUAffinity");
+        }
+        if p.selinux_label().as_ref().is_some_and(|l| !l.is_empty()) {
+            return unsupported("process.selinuxLabel");
+        }
+        if p.apparmor_profile().as_ref().is_some_and(|l| !l.is_empty()) {
+            return unsupported("process.apparmorProfile");
+        }
+        if p.command_line().is_some() {
+            return unsupported("process.commandLine");
+        }
+    }
+    if let Some(l) = spec.linux() {
+        if l.seccomp().is_some() {
+            return unsupported("linux.seccomp");
+        }
+        if l.intel_rdt().is_some() {
+            return unsupported("linux.intelRdt");
+        }
+        if l.personality().is_some() {
+            return unsupported("linux.personality");
+        }
+        if l.memory_policy().is_some() {
+            return unsupported("linux.memoryPolicy");
+        }
+        if l.net_devices().as_ref().is_some_and(|d| !d.is_empty()) {
+            return unsupported("linux.netDevices");
+        }
+        if l.mount_label().as_ref().is_some_and(|d| !d.is_empty()) {
+            return unsupported("linux.mountLabel");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: serde_json::Value) -> Spec {
+        let mut base = serde_json::json!({
+            "ociVersion": "1.0.2",
+            "root": {"path": "rootfs"},
+            "process": {"args": ["sh"], "cwd": "/", "user": {"uid": 0, "gid": 0}},
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}]}
+        });
+        merge(&mut base, json);
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn err(json: serde_json::Value) -> String {
+        validate(&spec(json)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn accepts_a_plain_spec() {
+        validate(&spec(serde_json::json!({}))).unwrap();
+    }
+
+    #[test]
+    fn empty_args_and_relative_cwd_are_refused() {
+        assert!(err(serde_json::json!({"process": {"args": []}})).contains("process.args"));
+        assert!(err(serde_json::json!({"process": {"cwd": "tmp"}})).contains("process.cwd"));
+    }
+
+    #[test]
+    fn duplicate_namespace_is_refused() {
+        let e = err(serde_json::json!({"linux": {"namespaces": [{"type": "pid"}, {"type": "pid"}]}}));
+        assert!(e.contains("pid namespace given twice"), "{e}");
+    }
+
+    #[test]
+    fn user_namespace_needs_mappings_and_mappings_need_it() {
+        let e = err(serde_json::json!({"linux": {"namespaces": [{"type": "user"}]}}));
+        assert!(e.contains("needs id mappings"), "{e}");
+        let e = err(serde_json::json!({"linux": {"uidMappings": [{"containerID": 0, "hostID": 1000, "size": 1}]}}));
+        assert!(e.contains("no new user namespace"), "{e}");
+    }
+
+    #[test]
+    fn sysctl_must_be_namespaced() {
+        let e = err(serde_json::json!({"linux": {"sysctl": {"net.ipv4.ip_forward": "1"}}}));
+        assert!(e.contains("net.ipv4.ip_forward"), "{e}");
+        let ok = spec(serde_json::json!({"linux": {
+            "namespaces": [{"type": "network"}], "sysctl": {"net.ipv4.ip_forward": "1"}}}));
+        validate(&ok).unwrap();
+        let e = err(serde_json::json!({"linux": {"sysctl": {"vm.overcommit_memory": "1"}}}));
+        assert!(e.contains("vm.overcommit_memory"), "{e}");
+    }
+
+    #[test]
+    fn unimplemented_fields_are_named() {
+        let e = err(serde_json::json!({"linux": {"personality": {"domain": "LINUX32"}}}));
+        assert!(e.contains("linux.personality"), "{e}");
+        let e = err(serde_json::json!({"mounts": [{"destination": "/x", "type": "bind", "source": "/tmp", "options": ["rro"]}]}));
+        assert!(e.contains("mounts[/x].options"), "{e}");
+    }
+
+    #[test]
+    fn relative_hook_path_is_refused() {
+        let e = err(serde_json::json!({"hooks": {"prestart": [{"path": "hook"}]}}));
+        assert!(e.contains("hooks.prestart"), "{e}");
+    }
+}

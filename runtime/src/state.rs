@@ -1,0 +1,196 @@
+//! The container's record on disk: `<root>/<id>/state.json`.
+//!
+//! Written atomically (temporary file + rename) so a reader never sees half a
+//! file, and guarded by an `flock` on the container directory so concurrent
+//! commands on one id take turns. The record keeps the init's pid *and* its
+//! start time: a pid the kernel has since handed to another process is never
+//! taken for the container's init.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, RuntimeError};
+
+/// File names inside a container's state directory.
+pub(crate) const STATE_FILE: &str = "state.json";
+/// Snapshot of config.json taken at create: later edits to the bundle must
+/// not change the container.
+pub(crate) const CONFIG_FILE: &str = "config.json";
+/// The socket init waits on until `start`; it exists only while `created`.
+pub(crate) const START_SOCKET: &str = "start.sock";
+
+/// What tinyrun remembers about a container between commands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub id: String,
+    pub bundle: PathBuf,
+    pub rootfs: PathBuf,
+    /// Host pid of the container's init.
+    pub pid: i32,
+    /// Field 22 of `/proc/<pid>/stat` when init was made.
+    pub start_time: u64,
+    /// RFC 3339 creation time.
+    pub created: String,
+    #[serde(default)]
+    pub annotations: HashMap<String, String>,
+    /// Whether `--systemd-cgroup` was given at create; later commands that
+    /// omit the flag (podman's `state`) must behave the same.
+    #[serde(default)]
+    pub systemd_cgroup: bool,
+    /// The container has a pid namespace of its own: killing init kills all.
+    #[serde(default)]
+    pub own_pid_ns: bool,
+    /// The cgroup path the container was placed in, when cgroups are managed.
+    #[serde(default)]
+    pub cgroup_path: Option<String>,
+}
+
+/// A container directory held under an exclusive lock.
+pub(crate) struct Locked {
+    pub dir: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Locked {
+    /// Makes `<root>/<id>` and locks it; fails if it already exists.
+    pub(crate) fn create(root: &Path, id: &str) -> Result<Locked> {
+        ensure_root(root)?;
+        let dir = root.join(id);
+        std::fs::DirBuilder::new().mode(0o711).create(&dir).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => RuntimeError::AlreadyExists(id.to_string()),
+            _ => RuntimeError::io("create state dir", &dir, e),
+        })?;
+        let lock = lock_dir(&dir)?;
+        Ok(Locked { dir, _lock: lock })
+    }
+
+    /// Locks an existing `<root>/<id>`.
+    pub(crate) fn open(root: &Path, id: &str) -> Result<Locked> {
+        let dir = root.join(id);
+        let lock = lock_dir(&dir).map_err(|e| match e {
+            RuntimeError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                RuntimeError::NotFound(id.to_string())
+            }
+            e => e,
+        })?;
+        Ok(Locked { dir, _lock: lock })
+    }
+
+    pub(crate) fn load(&self) -> Result<Record> {
+        let path = self.dir.join(STATE_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| RuntimeError::io("read", &path, e))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| RuntimeError::InvalidSpec(format!("corrupt state file {}: {e}", path.display())))
+    }
+
+    pub(crate) fn save(&self, rec: &Record) -> Result<()> {
+        let bytes = serde_json::to_vec(rec).map_err(|e| RuntimeError::InvalidSpec(format!("encode state: {e}")))?;
+        write_atomic(&self.dir.join(STATE_FILE), &bytes, 0o600)
+    }
+
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Removes the directory and everything in it; the lock goes with it.
+    pub(crate) fn remove(self) -> Result<()> {
+        std::fs::remove_dir_all(&self.dir).or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(RuntimeError::io("remove state dir", &self.dir, e)),
+        })
+    }
+}
+
+fn lock_dir(dir: &Path) -> Result<Flock<File>> {
+    let f = File::open(dir).map_err(|e| RuntimeError::io("open state dir", dir, e))?;
+    Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| RuntimeError::io("lock state dir", dir, std::io::Error::from(e)))
+}
+
+/// Creates the state root like runc: 0700, and sticky when it lives under
+/// `$XDG_RUNTIME_DIR` so the session's cleaner leaves it alone.
+fn ensure_root(root: &Path) -> Result<()> {
+    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(RuntimeError::io("create state root", root, e)),
+    }
+}
+
+/// Writes `path` so that readers see either the old or the new content.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        f.write_all(bytes)?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        RuntimeError::io("write", path, e)
+    })
+}
+
+/// Field 22 of `/proc/<pid>/stat` and whether the process is a zombie.
+pub(crate) fn proc_start_time(pid: i32) -> Option<(u64, bool)> {
+    let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    Some((stat.starttime, stat.state == 'Z' || stat.state == 'X'))
+}
+
+/// The time now, RFC 3339 with nanoseconds in UTC (what runc prints).
+pub(crate) fn now_rfc3339() -> String {
+    humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_refuses_an_existing_id_and_remove_frees_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("state");
+        let l = Locked::create(&root, "a").unwrap();
+        drop(l);
+        assert!(matches!(Locked::create(&root, "a"), Err(RuntimeError::AlreadyExists(_))));
+        Locked::open(&root, "a").unwrap().remove().unwrap();
+        assert!(matches!(Locked::open(&root, "a"), Err(RuntimeError::NotFound(_))));
+        Locked::create(&root, "a").unwrap();
+    }
+
+    #[test]
+    fn save_then_load_round_trips() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = Locked::create(tmp.path(), "b").unwrap();
+        let rec = Record {
+            id: "b".into(),
+            bundle: "/x".into(),
+            rootfs: "/x/rootfs".into(),
+            pid: 42,
+            start_time: 7,
+            created: now_rfc3339(),
+            annotations: HashMap::new(),
+            systemd_cgroup: true,
+            own_pid_ns: true,
+            cgroup_path: None,
+        };
+        l.save(&rec).unwrap();
+        let back = l.load().unwrap();
+        assert_eq!((back.pid, back.start_time, back.systemd_cgroup), (42, 7, true));
+        // No temporary file is left next to the record.
+        let names: Vec<_> = std::fs::read_dir(&l.dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from(STATE_FILE)]);
+    }
+
+    #[test]
+    fn own_process_start_time_is_read() {
+        let (t, zombie) = proc_start_time(std::process::id() as i32).unwrap();
+        assert!(t > 0 && !zombie);
+    }
+}

@@ -1,0 +1,164 @@
+//! Path resolution that can't be led out of a root.
+//!
+//! Every path taken from config.json or found in the container's image is
+//! resolved with `openat2(RESOLVE_IN_ROOT)`: `..`, absolute symlinks and
+//! relative symlinks all stay inside the root, and magic links such as
+//! `/proc/self/root` are refused. The result is an fd; callers then act on
+//! `/proc/self/fd/N` (mount) or on the fd itself (mknodat, fchown), so the
+//! path is never walked a second time.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+
+use crate::error::SysError;
+
+/// An `O_PATH` directory fd that paths are resolved under.
+pub(crate) struct Root {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Root {
+    /// Opens `path` (already trusted: the bundle's rootfs) as a resolution root.
+    pub(crate) fn open(path: &Path) -> Result<Root, SysError> {
+        let fd = open_path(path, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+        Ok(Root { fd, path: path.to_path_buf() })
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Resolves `path` inside the root and opens it with `flags`.
+    pub(crate) fn open_in(&self, path: &Path, flags: OFlag) -> Result<OwnedFd, SysError> {
+        openat2(self.fd.as_raw_fd(), path, flags, libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS)
+            .map_err(|e| SysError::new("openat2", self.describe(path), e))
+    }
+
+    /// `mkdir -p` inside the root; returns an `O_PATH` fd on the directory.
+    pub(crate) fn mkdir_all(&self, path: &Path, mode: u32) -> Result<OwnedFd, SysError> {
+        let mut cur = self.open_in(Path::new("/"), OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+        let mut so_far = PathBuf::from("/");
+        for comp in normal_components(path) {
+            so_far.push(comp);
+            cur = match self.open_in(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+                Ok(fd) => fd,
+                Err(e) if e.errno == Errno::ENOENT => {
+                    // The name is a plain component and `cur` was resolved
+                    // safely, so mkdirat can't be redirected. A dangling
+                    // symlink in its place makes mkdirat fail with EEXIST.
+                    nix::sys::stat::mkdirat(Some(cur.as_raw_fd()), comp, Mode::from_bits_truncate(mode))
+                        .or_else(|e| if e == Errno::EEXIST { Ok(()) } else { Err(e) })
+                        .map_err(|e| SysError::new("mkdirat", self.describe(&so_far), e))?;
+                    self.open_in(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY)?
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(cur)
+    }
+
+    /// Makes sure `path` exists inside the root as a directory or (when `file`)
+    /// as a regular file, creating parents; returns an `O_PATH` fd on it.
+    pub(crate) fn ensure(&self, path: &Path, file: bool) -> Result<OwnedFd, SysError> {
+        if !file {
+            return self.mkdir_all(path, 0o755);
+        }
+        if let Ok(fd) = self.open_in(path, OFlag::O_PATH) {
+            return Ok(fd);
+        }
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        let name = path.file_name().ok_or_else(|| SysError::new("create", self.describe(path), Errno::EINVAL))?;
+        let dir = self.mkdir_all(parent, 0o755)?;
+        let dirfd = reopen_dir(&dir).map_err(|e| SysError::new("open", self.describe(parent), e))?;
+        match nix::fcntl::openat(
+            Some(dirfd.as_raw_fd()),
+            name,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        ) {
+            // SAFETY: openat returned a fresh fd; wrapping it closes it.
+            Ok(fd) => drop(unsafe { OwnedFd::from_raw_fd(fd) }),
+            Err(Errno::EEXIST) => {}
+            Err(e) => return Err(SysError::new("create", self.describe(path), e)),
+        }
+        self.open_in(path, OFlag::O_PATH)
+    }
+
+    /// The host-side spelling of an in-root path, for error messages only.
+    pub(crate) fn describe(&self, path: &Path) -> String {
+        let rel = path.strip_prefix("/").unwrap_or(path);
+        self.path.join(rel).display().to_string()
+    }
+}
+
+/// The plain names in `path`, with `.` dropped and `..` left to the kernel's
+/// in-root resolution (it is kept as a component so `a/../b` means the same
+/// as it does to the kernel).
+fn normal_components(path: &Path) -> impl Iterator<Item = &std::ffi::OsStr> {
+    path.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n),
+        Component::ParentDir => Some(std::ffi::OsStr::new("..")),
+        _ => None,
+    })
+}
+
+/// Turns an `O_PATH` directory fd into one that `*at` calls can create in.
+pub(crate) fn reopen_dir(fd: &OwnedFd) -> Result<OwnedFd, Errno> {
+    let raw = nix::fcntl::openat(
+        Some(fd.as_raw_fd()),
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // SAFETY: openat returned a fresh fd.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Opens a host path (one the runtime trusts) as an owned fd.
+pub(crate) fn open_path(path: &Path, flags: OFlag) -> Result<OwnedFd, SysError> {
+    let fd = nix::fcntl::open(path, flags | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|e| SysError::new("open", path.display(), e))?;
+    // SAFETY: open returned a fresh fd that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `/proc/self/fd/N`: how a mount or a re-open names an fd-resolved object.
+pub(crate) fn fd_path(fd: &impl AsRawFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+fn openat2(dirfd: RawFd, path: &Path, flags: OFlag, resolve: u64) -> Result<OwnedFd, Errno> {
+    let cpath = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: open_how is a plain C struct; zeroing it gives mode 0.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | OFlag::O_CLOEXEC).bits() as u64;
+    how.resolve = resolve;
+    loop {
+        // SAFETY: cpath and how outlive the call, and the size matches the struct.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dirfd,
+                cpath.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if ret >= 0 {
+            // SAFETY: a fresh fd from the kernel.
+            return Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) });
+        }
+        match Errno::last() {
+            // RESOLVE_IN_ROOT asks to retry when a rename raced the walk.
+            Errno::EAGAIN | Errno::EINTR => continue,
+            e => return Err(e),
+        }
+    }
+}

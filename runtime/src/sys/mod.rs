@@ -1,0 +1,203 @@
+//! The one place where tinyrun talks to the kernel through `unsafe` code.
+//!
+//! Everything here is a thin, typed wrapper that names the operation and the
+//! object in its error. `nix` covers most calls; raw `libc` is used only for
+//! what `nix` lacks (clone3, openat2, close_range, pidfd_open, setdomainname).
+#![allow(unsafe_code)]
+
+pub(crate) mod fs;
+pub(crate) mod mount;
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::unistd::Pid;
+
+use crate::error::SysError;
+
+/// From linux/sched.h; libc declares it with a type too narrow for it.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Which side of a fork-like clone we are on.
+pub(crate) enum Forked {
+    Parent(Pid),
+    Child,
+}
+
+/// Fork-like `clone3`: the child continues from this call on a copy of the
+/// address space, exactly as after `fork(2)`, but in the namespaces `flags`
+/// asks for and, when `cgroup` is given, already inside that cgroup
+/// (`CLONE_INTO_CGROUP`), so no instruction of it ever runs outside.
+///
+/// Falls back to `clone(2)` (no cgroup placement, no `CLONE_NEWTIME`) on
+/// kernels without clone3.
+///
+/// # Preconditions
+/// The caller is single-threaded: the child gets only the calling thread, so
+/// any lock held by another thread would stay locked forever in the child.
+pub(crate) fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, SysError> {
+    let mut args = libc::clone_args {
+        flags,
+        pidfd: 0,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: 0,
+    };
+    if let Some(fd) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd as u64;
+    }
+    // SAFETY: with a zero stack, clone3 behaves like fork: the child resumes
+    // here on a private copy of this (single-threaded) process. `args` lives
+    // on our stack for the duration of the call and its size is passed.
+    let ret = unsafe {
+        libc::syscall(libc::SYS_clone3, &mut args as *mut libc::clone_args, std::mem::size_of::<libc::clone_args>())
+    };
+    let ret = if ret == -1 && Errno::last() == Errno::ENOSYS && cgroup.is_none() {
+        // SAFETY: as above: a NULL stack makes clone(2) fork-like. The flag
+        // word of clone(2) is an unsigned long carrying the exit signal in
+        // its low byte.
+        unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                (flags as libc::c_ulong) | libc::SIGCHLD as libc::c_ulong,
+                std::ptr::null_mut::<libc::c_void>(),
+                std::ptr::null_mut::<libc::c_int>(),
+                std::ptr::null_mut::<libc::c_int>(),
+                0 as libc::c_ulong,
+            )
+        }
+    } else {
+        ret
+    };
+    match ret {
+        -1 => Err(SysError::new("clone3", format_args!("flags={flags:#x}"), Errno::last())),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(Pid::from_raw(pid as i32))),
+    }
+}
+
+/// `pidfd_open(2)`: a handle on a process that can't be confused with a later
+/// process reusing the same pid.
+pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd, SysError> {
+    // SAFETY: plain syscall with integer arguments.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if ret < 0 {
+        return Err(SysError::new("pidfd_open", pid, Errno::last()));
+    }
+    // SAFETY: on success the kernel returned a fresh fd that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}
+
+/// Sends `sig` through a pidfd, so the signal can't reach a recycled pid.
+pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: i32) -> Result<(), Errno> {
+    // SAFETY: plain syscall; a NULL siginfo means "like kill(2)".
+    let ret = unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0)
+    };
+    if ret < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// Marks every fd from `first` on close-on-exec, so nothing the runtime
+/// opened (or inherited) survives into the container's program.
+pub(crate) fn cloexec_from(first: u32) -> Result<(), SysError> {
+    // SAFETY: plain syscall with integer arguments.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if ret == 0 {
+        return Ok(());
+    }
+    // Kernels before 5.11 lack CLOSE_RANGE_CLOEXEC: walk /proc/self/fd.
+    let dir = std::fs::read_dir("/proc/self/fd").map_err(|e| SysError::new("read_dir", "/proc/self/fd", io_errno(&e)))?;
+    let fds: Vec<RawFd> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    for fd in fds.into_iter().filter(|fd| *fd >= first as RawFd) {
+        // SAFETY: F_SETFD on an fd number; a stale number only yields EBADF.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}
+
+/// `setdomainname(2)`, which nix does not wrap.
+pub(crate) fn setdomainname(name: &str) -> Result<(), SysError> {
+    // SAFETY: the pointer and length describe `name`'s bytes, which outlive the call.
+    let ret = unsafe { libc::setdomainname(name.as_ptr().cast(), name.len()) };
+    if ret < 0 {
+        return Err(SysError::new("setdomainname", name, Errno::last()));
+    }
+    Ok(())
+}
+
+/// `execve(2)`; returns only on failure.
+pub(crate) fn execve(path: &CStr, argv: &[&CStr], envp: &[&CStr]) -> Errno {
+    match nix::unistd::execve(path, argv, envp) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    }
+}
+
+/// Ends a forked child without running any of the parent's exit handlers or
+/// flushing buffers that belong to the parent.
+pub(crate) fn exit_child(code: i32) -> ! {
+    // SAFETY: _exit is async-signal-safe and never returns.
+    unsafe { libc::_exit(code) }
+}
+
+pub(crate) fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_int = 1;
+
+/// Joins a new session keyring named `name`, so the container can't read
+/// the host session's keys.
+pub(crate) fn join_session_keyring(name: &str) -> Result<(), SysError> {
+    let cname = std::ffi::CString::new(name).map_err(|_| SysError::new("keyctl", name, Errno::EINVAL))?;
+    // SAFETY: KEYCTL_JOIN_SESSION_KEYRING takes a NUL-terminated name that
+    // outlives the call.
+    let ret = unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, cname.as_ptr()) };
+    if ret < 0 {
+        return Err(SysError::new("keyctl join session keyring", name, Errno::last()));
+    }
+    Ok(())
+}
+
+/// Puts every signal back to its default action and unblocks them all, so
+/// the container's program doesn't inherit the runtime's choices (Rust
+/// ignores SIGPIPE; a foreground `run` blocks everything).
+pub(crate) fn reset_signals() {
+    for sig in 1..libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL is always valid; errors (invalid signal
+        // numbers reserved by libc) are harmless and ignored.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
+}
+
+/// `accept4(2)` with close-on-exec, retried on EINTR.
+pub(crate) fn accept(listener: &OwnedFd) -> Result<OwnedFd, SysError> {
+    loop {
+        match nix::sys::socket::accept4(listener.as_raw_fd(), nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
+            // SAFETY: accept4 returned a fresh fd that we now own.
+            Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(SysError::bare("accept", e)),
+        }
+    }
+}
