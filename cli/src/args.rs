@@ -76,12 +76,31 @@ pub(crate) enum Command {
     List(ListArgs),
     /// create a new specification file
     Spec(SpecArgs),
+    /// execute new process inside the container
+    Exec(ExecArgs),
+    /// ps displays the processes running inside a container
+    Ps(PsArgs),
+    /// display container events such as OOM notifications, cpu, memory, and IO usage statistics
+    Events(EventsArgs),
+    /// pause suspends all processes inside the container
+    Pause(IdArg),
+    /// resumes all processes that have been previously paused
+    Resume(IdArg),
+    /// update container resource constraints
+    Update(UpdateArgs),
+    /// show the enabled features
+    Features,
 }
 
 impl Command {
     /// The exit status of a failure of this command.
     pub(crate) fn failure_code(&self) -> u8 {
-        1
+        // exec's own failures are told apart from the program's status.
+        if matches!(self, Command::Exec(_)) {
+            255
+        } else {
+            1
+        }
     }
 }
 
@@ -172,6 +191,153 @@ pub(crate) struct SpecArgs {
     /// generate a configuration for a rootless container
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub rootless: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// path to an AF_UNIX socket which will receive a file descriptor referencing the master end of the console's pseudoterminal
+    #[arg(long, value_name = "PATH")]
+    pub console_socket: Option<PathBuf>,
+    /// path to an AF_UNIX socket which will receive a pidfd of the process (not supported)
+    #[arg(long, value_name = "PATH")]
+    pub pidfd_socket: Option<PathBuf>,
+    /// current working directory in the container
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// set environment variables (repeatable)
+    #[arg(short, long, value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// allocate a pseudo-TTY
+    #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub tty: bool,
+    /// UID (format: <uid>[:<gid>])
+    #[arg(short, long, value_name = "UID[:GID]")]
+    pub user: Option<String>,
+    /// additional gids (repeatable)
+    #[arg(short = 'g', long, value_name = "GID")]
+    pub additional_gids: Vec<u32>,
+    /// path to the process.json
+    #[arg(short, long, value_name = "FILE")]
+    pub process: Option<PathBuf>,
+    /// detach from the container's process
+    #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub detach: bool,
+    /// specify the file to write the process id to
+    #[arg(long, value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
+    /// set the asm process label for the process commonly used with selinux
+    #[arg(long, value_name = "LABEL")]
+    pub process_label: Option<String>,
+    /// set the apparmor profile for the process
+    #[arg(long, value_name = "PROFILE")]
+    pub apparmor: Option<String>,
+    /// set the no new privileges value for the process
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub no_new_privs: bool,
+    /// add a capability to the bounding set for the process (repeatable)
+    #[arg(short, long, value_name = "CAP")]
+    pub cap: Vec<String>,
+    /// pass N additional file descriptors to the container (stdio + N in total)
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub preserve_fds: u32,
+    /// run the process in an (existing) sub-cgroup(s): [controller:]path (repeatable)
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Vec<String>,
+    /// allow exec in a paused container
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub ignore_paused: bool,
+    /// the container's id
+    pub id: String,
+    /// the command and its arguments (ignored with --process)
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PsArgs {
+    /// select one of: table or json
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub format: ListFormat,
+    /// the container's id
+    pub id: String,
+    /// arguments for the host's ps (default -ef)
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub ps_args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EventsArgs {
+    /// set the stats collection interval (a Go duration such as 5s)
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub interval: String,
+    /// display the container's stats then exit
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub stats: bool,
+    /// the container's id
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UpdateArgs {
+    /// path to a file containing the resources to update, or '-' to read from standard input
+    #[arg(short, long, value_name = "FILE")]
+    pub resources: Option<PathBuf>,
+    /// specifies per cgroup weight, range is from 10 to 1000
+    #[arg(long)]
+    pub blkio_weight: Option<u16>,
+    /// CPU CFS period to be used for hardcapping (in usecs). 0 to use system default
+    #[arg(long)]
+    pub cpu_period: Option<u64>,
+    /// CPU CFS hardcap limit (in usecs). Allowed cpu time in a given period
+    #[arg(long, allow_negative_numbers = true)]
+    pub cpu_quota: Option<i64>,
+    /// CPU CFS hardcap burst limit (in usecs)
+    #[arg(long)]
+    pub cpu_burst: Option<u64>,
+    /// CPU shares (relative weight vs. other containers)
+    #[arg(long)]
+    pub cpu_share: Option<u64>,
+    /// CPU realtime period to be used for hardcapping (in usecs)
+    #[arg(long)]
+    pub cpu_rt_period: Option<u64>,
+    /// CPU realtime hardcap limit (in usecs)
+    #[arg(long, allow_negative_numbers = true)]
+    pub cpu_rt_runtime: Option<i64>,
+    /// CPU(s) to use
+    #[arg(long)]
+    pub cpuset_cpus: Option<String>,
+    /// memory node(s) to use
+    #[arg(long)]
+    pub cpuset_mems: Option<String>,
+    /// set cgroup SCHED_IDLE or not, 0: default behavior, 1: SCHED_IDLE
+    #[arg(long)]
+    pub cpu_idle: Option<i64>,
+    /// memory limit (in bytes, or with a k/m/g suffix; -1 for unlimited)
+    #[arg(long, allow_negative_numbers = true)]
+    pub memory: Option<String>,
+    /// memory reservation or soft_limit (in bytes)
+    #[arg(long, allow_negative_numbers = true)]
+    pub memory_reservation: Option<String>,
+    /// total memory usage (memory + swap); set '-1' to enable unlimited swap
+    #[arg(long, allow_negative_numbers = true)]
+    pub memory_swap: Option<String>,
+    /// maximum number of pids allowed in the container
+    #[arg(long, allow_negative_numbers = true)]
+    pub pids_limit: Option<i64>,
+    /// the string of Intel RDT/CAT L3 cache schema (not supported)
+    #[arg(long)]
+    pub l3_cache_schema: Option<String>,
+    /// the string of Intel RDT/MBA memory bandwidth schema (not supported)
+    #[arg(long)]
+    pub mem_bw_schema: Option<String>,
+    /// ignored: kernel memory limits are gone from the kernel
+    #[arg(long, hide = true)]
+    pub kernel_memory: Option<String>,
+    /// ignored: kernel memory limits are gone from the kernel
+    #[arg(long, hide = true)]
+    pub kernel_memory_tcp: Option<String>,
+    /// the container's id
+    pub id: String,
 }
 
 /// Rewrites Go-style `-flag` into `--flag` for every long flag the command

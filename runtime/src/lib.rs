@@ -7,13 +7,16 @@
 #![deny(unsafe_code)]
 
 mod capabilities;
+mod cgroups;
 mod error;
+pub mod features;
 mod hooks;
 mod lifecycle;
 mod namespaces;
 mod process;
 mod rlimits;
 mod rootfs;
+mod seccomp;
 pub mod spec;
 mod state;
 mod sys;

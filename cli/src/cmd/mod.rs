@@ -3,12 +3,18 @@
 
 mod create;
 mod delete;
+mod events;
+mod exec;
+mod features;
 mod kill;
 mod list;
+mod pause;
+mod ps;
 mod run;
 mod spec;
 mod start;
 mod state;
+mod update;
 
 use std::path::{Path, PathBuf};
 
@@ -29,6 +35,13 @@ pub(crate) fn dispatch(cli: &Cli, command: &Command, log: &Logger) -> anyhow::Re
         Command::Run(a) => run::run(&rt, cli, a, log),
         Command::List(a) => list::run(&rt, a),
         Command::Spec(a) => spec::run(a),
+        Command::Exec(a) => exec::run(&rt, a, log),
+        Command::Ps(a) => ps::run(&rt, a),
+        Command::Events(a) => events::run(&rt, a),
+        Command::Pause(a) => pause::pause(&rt, a),
+        Command::Resume(a) => pause::resume(&rt, a),
+        Command::Update(a) => update::run(&rt, a),
+        Command::Features => features::run(),
     }
 }
 

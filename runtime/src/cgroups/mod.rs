@@ -1,0 +1,1 @@
+//! Cgroups: a thin adapter over `libcgroups` (to be written).

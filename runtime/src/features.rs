@@ -1,0 +1,1 @@
+//! The `features` document (to be written).

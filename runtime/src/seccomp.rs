@@ -1,0 +1,1 @@
+//! Seccomp filters from `linux.seccomp`, through libseccomp (to be written).
