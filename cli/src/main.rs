@@ -8,6 +8,8 @@
 mod args;
 mod cmd;
 mod logging;
+#[cfg(test)]
+mod man;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,144 @@
+//! Man pages in `man/`, generated from the clap definitions in `args.rs`.
+//!
+//! One page per command: `tinyrun.8` and `tinyrun-<command>.8`. The test
+//! below renders every page and fails if a committed page differs, so a
+//! flag cannot change without its page. Regenerate with
+//! `UPDATE_MAN=1 cargo test -p tinyrun-cli man`.
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    use clap::CommandFactory;
+    use clap_mangen::roff::{bold, roman, Roff};
+    use clap_mangen::Man;
+
+    use crate::args::Cli;
+
+    const SECTION: &str = "8";
+
+    fn man_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../man")
+    }
+
+    /// The global options, as `--name` strings, for the subcommand pages.
+    fn global_flags(top: &clap::Command) -> Vec<String> {
+        top.get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long())
+            .filter(|l| !matches!(*l, "help" | "version"))
+            .map(|l| format!("--{l}"))
+            .collect()
+    }
+
+    /// Runc-style booleans (`--flag`, `--flag=false`) would list
+    /// "Possible values: true, false" under every flag; drop that noise.
+    fn tidy(cmd: clap::Command) -> clap::Command {
+        let cmd = cmd.mut_args(|a| {
+            let takes_value = a.get_num_args().is_some_and(|n| n.takes_values());
+            let values: Vec<String> = (a.get_value_parser().possible_values().into_iter().flatten())
+                .map(|v| v.get_name().to_string())
+                .collect();
+            if takes_value && values == ["true", "false"] {
+                a.hide_possible_values(true)
+            } else {
+                a
+            }
+        });
+        let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_string()).collect();
+        names.iter().fold(cmd, |cmd, n| cmd.mut_subcommand(n, tidy))
+    }
+
+    fn render(cmd: clap::Command, extra: Roff) -> String {
+        let mut buf = Vec::new();
+        Man::new(cmd)
+            .section(SECTION)
+            .source(format!("tinyrun {}", env!("CARGO_PKG_VERSION")))
+            .manual("System Manager's Manual")
+            .render(&mut buf)
+            .expect("render man page");
+        let mut text = String::from_utf8(buf).expect("man page is UTF-8");
+        text.push_str(&extra.to_roff());
+        text
+    }
+
+    /// File name → contents of every page.
+    fn pages() -> BTreeMap<String, String> {
+        let mut top = tidy(Cli::command().disable_help_subcommand(true));
+        top.build();
+        let globals = global_flags(&top).join(", ");
+        let mut out = BTreeMap::new();
+        let mut subs: Vec<String> = Vec::new();
+        for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = format!("tinyrun-{}", sub.get_name());
+            subs.push(format!("{name}({SECTION})"));
+            let mut extra = Roff::default();
+            extra.control("SH", ["GLOBAL OPTIONS"]);
+            extra.text([
+                roman("The global options of "),
+                bold("tinyrun"),
+                roman(format!("({SECTION}) ({globals}) go before the command name.")),
+            ]);
+            extra.control("SH", ["SEE ALSO"]);
+            extra.text([roman(format!("tinyrun({SECTION})"))]);
+            out.insert(format!("{name}.{SECTION}"), render(sub.clone(), extra));
+        }
+        let mut extra = Roff::default();
+        extra.control("SH", ["SEE ALSO"]);
+        extra.text([roman(format!("{}, runc(8), crun(1)", subs.join(", ")))]);
+        out.insert(format!("tinyrun.{SECTION}"), render(top, extra));
+        out
+    }
+
+    #[test]
+    fn man_pages_match_the_cli() {
+        let dir = man_dir();
+        let pages = pages();
+        if std::env::var_os("UPDATE_MAN").is_some_and(|v| v == "1") {
+            std::fs::create_dir_all(&dir).expect("create man/");
+            for entry in std::fs::read_dir(&dir).expect("read man/") {
+                let path = entry.expect("read man/").path();
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+                if name.ends_with(&format!(".{SECTION}")) && !pages.contains_key(&name) {
+                    std::fs::remove_file(&path).expect("remove stale man page");
+                }
+            }
+            for (name, text) in &pages {
+                std::fs::write(dir.join(name), text).expect("write man page");
+            }
+            return;
+        }
+        let mut problems = Vec::new();
+        for (name, text) in &pages {
+            match std::fs::read_to_string(dir.join(name)) {
+                Ok(old) if old == *text => {}
+                Ok(_) => problems.push(format!("{name} is out of date")),
+                Err(e) => problems.push(format!("{name}: {e}")),
+            }
+        }
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(&format!(".{SECTION}")) && !pages.contains_key(&name) {
+                problems.push(format!("{name} has no command"));
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "man pages differ from cli/src/args.rs: {}\nregenerate with: UPDATE_MAN=1 cargo test -p tinyrun-cli man",
+            problems.join("; ")
+        );
+    }
+
+    #[test]
+    fn every_command_has_a_page() {
+        let pages = pages();
+        for cmd in [
+            "create", "start", "state", "kill", "delete", "run", "list", "spec", "exec", "ps", "events", "pause",
+            "resume", "update", "features",
+        ] {
+            assert!(pages.contains_key(&format!("tinyrun-{cmd}.{SECTION}")), "no page for {cmd}");
+        }
+        assert!(pages.contains_key("tinyrun.8"));
+    }
+}
