@@ -19,6 +19,7 @@ mod rootfs;
 mod seccomp;
 pub mod spec;
 mod state;
+mod tty;
 mod sys;
 mod user;
 

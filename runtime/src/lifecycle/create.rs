@@ -48,11 +48,31 @@ pub struct CreateOptions {
 impl Runtime {
     /// Creates container `id` from `opts.bundle`.
     pub fn create(&self, id: &str, opts: &CreateOptions) -> Result<Container> {
+        self.create_with_console(id, opts, None)
+    }
+
+    /// `create`, with the pty master sent to `console` (the runtime's own
+    /// end for a foreground terminal) unless `--console-socket` names one.
+    pub(crate) fn create_with_console(
+        &self,
+        id: &str,
+        opts: &CreateOptions,
+        console: Option<&std::os::fd::OwnedFd>,
+    ) -> Result<Container> {
         check_id(id)?;
         let bundle = spec::load(&opts.bundle)?;
         check_terminal(&bundle, opts)?;
+        // Connect before anything exists: a bad socket path is the
+        // caller's error and must leave nothing behind.
+        let socket = match &opts.console_socket {
+            Some(p) => Some(std::os::fd::OwnedFd::from(
+                std::os::unix::net::UnixStream::connect(p).map_err(|e| RuntimeError::io("connect to console socket", p, e))?,
+            )),
+            None => None,
+        };
+        let console = socket.as_ref().or(console).map(std::os::fd::AsRawFd::as_raw_fd);
         let lock = Locked::create(self.root(), id)?;
-        match build(&lock, id, &bundle, opts) {
+        match build(&lock, id, &bundle, opts, console) {
             Ok(rec) => Ok(Container { lock, rec }),
             Err(e) => Err(match lock.remove() {
                 Ok(()) => e,
@@ -73,7 +93,6 @@ fn check_terminal(b: &Bundle, opts: &CreateOptions) -> Result<()> {
         (false, _, true) | (true, false, true) => Err(RuntimeError::InvalidArgument(
             "cannot use console socket if tinyrun will not detach or allocate tty".into(),
         )),
-        (true, _, _) => Err(RuntimeError::unsupported("process.terminal", "terminals are not implemented yet")),
         _ => Ok(()),
     }
 }
@@ -108,7 +127,7 @@ pub(crate) fn hook_state(id: &str, b: &Bundle, pid: i32, status: &str) -> Vec<u8
     .unwrap_or_default()
 }
 
-fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions) -> Result<Record> {
+fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions, console: Option<i32>) -> Result<Record> {
     let created = now_rfc3339();
     let spec = &bundle.spec;
     let config = serde_json::to_vec(spec).map_err(|e| RuntimeError::InvalidSpec(format!("encode config: {e}")))?;
@@ -121,7 +140,8 @@ fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions) -> Resu
         ));
     }
     let listener = bind_start_socket(&lock.path(START_SOCKET), &lock.dir)?;
-    let cfg = init_config(id, bundle, &plan, opts, &listener)?;
+    let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
+    cfg.console = console;
     let mut host = CreateHost { id, bundle };
     let launched = launch::launch(&cfg, &mut host)?;
     let pid = launched.pid;
@@ -221,5 +241,7 @@ fn init_config<'a>(
         preserved_fds: opts.listen_fds + opts.preserve_fds,
         wants_hooks,
         start_listener: listener,
+        console: None,
+        console_size: process.console_size().map(|b| (b.height() as u16, b.width() as u16)),
     })
 }

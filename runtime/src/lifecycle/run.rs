@@ -5,8 +5,9 @@
 //! at once can't slip its SIGCHLD past us: it stays pending until the wait
 //! loop below takes it.
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use std::os::fd::AsRawFd;
+
+use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::unistd::Pid;
 
 use super::{CreateOptions, Runtime};
@@ -40,11 +41,37 @@ impl Runtime {
             let _ = nix::sys::prctl::set_child_subreaper(true);
         }
         let result = (|| {
-            let mut c = self.create(id, &opts.create)?;
+            // A foreground terminal: init sends the pty master to us.
+            let pair = if opts.create.console_socket.is_none() && wants_terminal(&opts.create) {
+                Some(
+                    nix::sys::socket::socketpair(
+                        nix::sys::socket::AddressFamily::Unix,
+                        nix::sys::socket::SockType::Stream,
+                        None,
+                        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                    )
+                    .map_err(|e| RuntimeError::Sys(crate::error::SysError::bare("socketpair", e)))?,
+                )
+            } else {
+                None
+            };
+            let mut c = self.create_with_console(id, &opts.create, pair.as_ref().map(|p| &p.1))?;
+            let master = match &pair {
+                Some((ours, _)) => match crate::tty::recv_fd(ours.as_raw_fd()) {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        drop(c);
+                        let _ = self.delete(id, true);
+                        return Err(e.into());
+                    }
+                },
+                None => None,
+            };
+            drop(pair);
             let pid = Pid::from_raw(c.pid());
             self.start_or_delete(&mut c, id)?;
             drop(c);
-            let code = wait_forwarding(pid);
+            let code = crate::process::foreground::wait(pid, master);
             if !opts.keep {
                 self.delete(id, true)?;
             }
@@ -63,27 +90,9 @@ impl Runtime {
     }
 }
 
-/// Waits for `init`, forwarding every signal we get to it, reaping any other
-/// child on the way.
-fn wait_forwarding(init: Pid) -> i32 {
-    let all = SigSet::all();
-    loop {
-        // Reap first: the SIGCHLD may already have been taken by an earlier
-        // turn while init's status was not yet there.
-        loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::Exited(p, code)) if p == init => return code,
-                Ok(WaitStatus::Signaled(p, sig, _)) if p == init => return 128 + sig as i32,
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => continue,
-            }
-        }
-        match all.wait() {
-            Ok(Signal::SIGCHLD) | Ok(Signal::SIGWINCH) | Ok(Signal::SIGURG) => {}
-            Ok(sig) => {
-                let _ = nix::sys::signal::kill(init, sig);
-            }
-            Err(_) => {}
-        }
-    }
+fn wants_terminal(opts: &super::CreateOptions) -> bool {
+    crate::spec::load(&opts.bundle)
+        .ok()
+        .and_then(|b| b.spec.process().as_ref().and_then(|p| p.terminal()))
+        .unwrap_or(false)
 }

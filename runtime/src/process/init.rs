@@ -58,6 +58,10 @@ pub(crate) struct InitConfig<'a> {
     pub wants_hooks: bool,
     /// Listening socket that `start` connects to.
     pub start_listener: &'a OwnedFd,
+    /// Where the pty master goes, when `process.terminal` is set.
+    pub console: Option<std::os::fd::RawFd>,
+    /// `process.consoleSize` as (rows, columns).
+    pub console_size: Option<(u16, u16)>,
 }
 
 /// Child entry point. Never returns.
@@ -129,6 +133,9 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     rootfs::protect_paths(&root, cfg.spec)?;
     root.mkdir_all(&cfg.cwd, 0o755).map_err(|e| format!("process.cwd: {e}"))?;
     rootfs::enter(root, cfg.spec, cfg.no_pivot)?;
+    if let Some(sock) = cfg.console {
+        crate::tty::setup_console(sock, cfg.console_size, cfg.ids.uid, cfg.ids.gid)?;
+    }
 
     crate::rlimits::apply(&cfg.rlimits)?;
     // chdir before dropping privileges (the directory may be closed to the

@@ -201,3 +201,41 @@ pub(crate) fn accept(listener: &OwnedFd) -> Result<OwnedFd, SysError> {
         }
     }
 }
+
+nix::ioctl_write_ptr_bad!(ioctl_set_winsize, libc::TIOCSWINSZ, nix::pty::Winsize);
+nix::ioctl_read_bad!(ioctl_get_winsize, libc::TIOCGWINSZ, nix::pty::Winsize);
+nix::ioctl_write_int_bad!(ioctl_set_ctty, libc::TIOCSCTTY);
+
+/// TIOCSWINSZ on a terminal fd.
+pub(crate) fn set_winsize(fd: RawFd, ws: &nix::pty::Winsize) -> Result<(), Errno> {
+    // SAFETY: TIOCSWINSZ reads one Winsize through a pointer that is valid
+    // for the call.
+    unsafe { ioctl_set_winsize(fd, ws) }.map(|_| ())
+}
+
+/// TIOCGWINSZ on a terminal fd.
+pub(crate) fn get_winsize(fd: RawFd) -> Result<nix::pty::Winsize, Errno> {
+    let mut ws = nix::pty::Winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes one Winsize through a valid pointer.
+    unsafe { ioctl_get_winsize(fd, &mut ws) }?;
+    Ok(ws)
+}
+
+/// TIOCSCTTY: make `fd` (a pty slave) the session's controlling terminal.
+pub(crate) fn set_ctty(fd: RawFd) -> Result<(), Errno> {
+    // SAFETY: TIOCSCTTY takes an integer argument, not a pointer.
+    unsafe { ioctl_set_ctty(fd, 0) }.map(|_| ())
+}
+
+/// Takes ownership of an fd the kernel installed through SCM_RIGHTS.
+pub(crate) fn own_received_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: the fd was just created for this process by recvmsg and
+    // nothing else refers to it.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Borrows a raw fd the caller knows to be open for the borrow's use.
+pub(crate) fn borrow_fd(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
+    // SAFETY: callers pass fds they own and keep open while using the borrow.
+    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+}

@@ -1,0 +1,161 @@
+//! A foreground `run` or `exec`: wait for the process, forwarding signals to
+//! it, and relay its terminal when it has one.
+//!
+//! # Preconditions
+//! Every signal is blocked in the calling thread (since before the process
+//! was cloned), so none — SIGCHLD above all — can be lost: they are read
+//! from a signalfd here.
+
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::termios::{cfmakeraw, tcgetattr, tcsetattr, SetArg, Termios};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::tty;
+
+/// Restores the caller's terminal mode when the relay ends.
+struct RawMode(Option<Termios>);
+
+impl RawMode {
+    fn enter(console: bool) -> RawMode {
+        let stdin = std::io::stdin();
+        if !console || !nix::unistd::isatty(stdin.as_raw_fd()).unwrap_or(false) {
+            return RawMode(None);
+        }
+        let Ok(saved) = tcgetattr(stdin.as_fd()) else { return RawMode(None) };
+        let mut raw = saved.clone();
+        cfmakeraw(&mut raw);
+        let _ = tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw);
+        RawMode(Some(saved))
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        if let Some(t) = &self.0 {
+            let _ = tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, t);
+        }
+    }
+}
+
+/// Waits for `child`; returns its exit status, or 128+N if signal N killed it.
+pub(crate) fn wait(child: Pid, console: Option<OwnedFd>) -> i32 {
+    let sfd = SignalFd::with_flags(&SigSet::all(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).ok();
+    let _raw = RawMode::enter(console.is_some());
+    if let Some(m) = &console {
+        let _ = nix::fcntl::fcntl(m.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK));
+        tty::copy_winsize(0, m.as_raw_fd());
+    }
+    let mut stdin_open = console.is_some();
+    let mut master_open = console.is_some();
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        if let Some(code) = reap(child) {
+            if let Some(m) = &console {
+                pump(m.as_raw_fd(), &mut buf);
+            }
+            return code;
+        }
+        let mut fds = Vec::with_capacity(3);
+        if let Some(s) = &sfd {
+            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+        }
+        let stdin = std::io::stdin();
+        if stdin_open {
+            fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+        }
+        if let (true, Some(m)) = (master_open, &console) {
+            fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
+        }
+        if poll(&mut fds, PollTimeout::NONE).is_err() {
+            continue;
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
+        drop(fds);
+        let mut i = 0;
+        if let Some(s) = &sfd {
+            if ready[i] {
+                while let Ok(Some(info)) = s.read_signal() {
+                    match Signal::try_from(info.ssi_signo as i32) {
+                        Ok(Signal::SIGCHLD) | Ok(Signal::SIGURG) => {}
+                        Ok(Signal::SIGWINCH) => {
+                            if let Some(m) = &console {
+                                tty::copy_winsize(0, m.as_raw_fd());
+                            }
+                        }
+                        Ok(sig) => {
+                            let _ = kill(child, sig);
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+            i += 1;
+        }
+        if stdin_open {
+            if ready[i] {
+                if let Some(m) = &console {
+                    match nix::unistd::read(0, &mut buf) {
+                        Ok(0) | Err(_) => stdin_open = false,
+                        Ok(n) => {
+                            let _ = write_all(m.as_raw_fd(), &buf[..n]);
+                        }
+                    }
+                }
+            }
+            i += 1;
+        }
+        if master_open && ready.get(i).copied().unwrap_or(false) {
+            if let Some(m) = &console {
+                master_open = pump(m.as_raw_fd(), &mut buf);
+            }
+        }
+    }
+}
+
+/// Reaps every exited child; returns `child`'s status once it is among them.
+fn reap(child: Pid) -> Option<i32> {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(p, code)) if p == child => return Some(code),
+            Ok(WaitStatus::Signaled(p, sig, _)) if p == child => return Some(128 + sig as i32),
+            Ok(WaitStatus::StillAlive) | Err(_) => return None,
+            Ok(_) => continue,
+        }
+    }
+}
+
+/// Copies what the master has to stdout; false once the pty is closed.
+fn pump(master: i32, buf: &mut [u8]) -> bool {
+    let mut out = std::io::stdout().lock();
+    loop {
+        match nix::unistd::read(master, buf) {
+            Ok(0) => return false,
+            Ok(n) => {
+                let _ = out.write_all(&buf[..n]);
+                let _ = out.flush();
+            }
+            Err(nix::errno::Errno::EAGAIN) => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            // EIO: every slave fd is closed.
+            Err(_) => return false,
+        }
+    }
+}
+
+fn write_all(fd: i32, mut data: &[u8]) -> nix::Result<()> {
+    let fd = crate::sys::borrow_fd(fd);
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(n) => data = &data[n..],
+            Err(nix::errno::Errno::EINTR) | Err(nix::errno::Errno::EAGAIN) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

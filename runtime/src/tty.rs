@@ -1,0 +1,90 @@
+//! Terminals: `process.terminal`.
+//!
+//! The pty is made by init *inside* the container (from its own devpts
+//! instance, after pivot_root), so the container never holds a host pty.
+//! The master goes, as exactly one `SCM_RIGHTS` fd, to the console socket
+//! the caller named (`--console-socket`), or to the runtime itself for a
+//! foreground `run`/`exec -t`, which then relays it to its own stdio. The
+//! slave becomes init's stdio, controlling terminal and `/dev/console`.
+
+use std::io::IoSlice;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+use nix::fcntl::OFlag;
+use nix::mount::MsFlags;
+use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt, Winsize};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+use crate::error::SysError;
+use crate::sys;
+use crate::sys::mount::mount;
+
+/// Init side: make the pty, hand the master over `socket`, and take the
+/// slave as stdio and controlling terminal. `uid`/`gid` will own the slave.
+///
+/// # Preconditions
+/// Runs in init after pivot_root, before the user switch; /dev/ptmx and
+/// /dev/pts are the container's own.
+pub(crate) fn setup_console(socket: RawFd, size: Option<(u16, u16)>, uid: u32, gid: u32) -> Result<(), String> {
+    let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC).map_err(|e| format!("open /dev/ptmx: {e}"))?;
+    grantpt(&master).map_err(|e| format!("grantpt: {e}"))?;
+    unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
+    let name = ptsname_r(&master).map_err(|e| format!("ptsname: {e}"))?;
+    let slave = crate::sys::fs::open_path(Path::new(&name), OFlag::O_RDWR | OFlag::O_NOCTTY).map_err(|e| e.to_string())?;
+    nix::unistd::fchown(slave.as_raw_fd(), Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)))
+        .map_err(|e| format!("chown {name}: {e}"))?;
+    if let Some((rows, cols)) = size {
+        let ws = Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        sys::set_winsize(master.as_raw_fd(), &ws).map_err(|e| format!("set console size: {e}"))?;
+    }
+    // /dev/console: an empty file to bind the slave over.
+    let console = Path::new("/dev/console");
+    if std::fs::symlink_metadata(console).is_err() {
+        std::fs::File::create(console).map_err(|e| format!("create /dev/console: {e}"))?;
+    }
+    mount(Some(&name), "/dev/console", None, MsFlags::MS_BIND, None, "/dev/console").map_err(|e| e.to_string())?;
+    send_fd(socket, master.as_raw_fd(), name.as_bytes()).map_err(|e| format!("send pty master to console socket: {e}"))?;
+    drop(master);
+    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    sys::set_ctty(slave.as_raw_fd()).map_err(|e| format!("make the pty the controlling terminal: {e}"))?;
+    for fd in 0..3 {
+        nix::unistd::dup2(slave.as_raw_fd(), fd).map_err(|e| format!("dup2 pty to fd {fd}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Sends `fd` as the one and only `SCM_RIGHTS` fd, with `payload` as data
+/// (go-runc and conmon insist on exactly one fd in one message).
+pub(crate) fn send_fd(socket: RawFd, fd: RawFd, payload: &[u8]) -> Result<(), SysError> {
+    let fds = [fd];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [IoSlice::new(if payload.is_empty() { b"\0" } else { payload })];
+    sendmsg::<()>(socket, &iov, &cmsg, MsgFlags::empty(), None).map_err(|e| SysError::bare("sendmsg", e))?;
+    Ok(())
+}
+
+/// Receives one fd sent by [`send_fd`].
+pub(crate) fn recv_fd(socket: RawFd) -> Result<OwnedFd, SysError> {
+    let mut buf = [0u8; 4096];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(socket, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(|e| SysError::bare("recvmsg", e))?;
+    for c in msg.cmsgs().map_err(|e| SysError::bare("recvmsg", e))? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            if let Some(fd) = fds.first() {
+                return Ok(sys::own_received_fd(*fd));
+            }
+        }
+    }
+    Err(SysError::bare("receive pty master: no fd in message", nix::errno::Errno::EBADMSG))
+}
+
+/// Copies the window size of `from` (our terminal) to `to` (the pty
+/// master); a failure (not a terminal) is ignored.
+pub(crate) fn copy_winsize(from: RawFd, to: RawFd) {
+    if let Ok(ws) = sys::get_winsize(from) {
+        let _ = sys::set_winsize(to, &ws);
+    }
+}
