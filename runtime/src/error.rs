@@ -74,6 +74,9 @@ pub enum RuntimeError {
     /// The container's init reported a failure while setting itself up.
     #[error("container init: {0}")]
     Init(String),
+    /// An exec'd process failed before its program ran.
+    #[error("exec failed: {0}")]
+    Exec(String),
     /// A hook failed or timed out.
     #[error("{0}")]
     Hook(String),

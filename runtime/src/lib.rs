@@ -25,7 +25,9 @@ mod user;
 
 pub use error::{Result, RuntimeError, SysError};
 pub use lifecycle::kill::parse_signal;
-pub use lifecycle::{Container, ContainerState, CreateOptions, RunOptions, Runtime, Status};
+pub use lifecycle::{
+    load_process, Container, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, RunOptions, Runtime, Status,
+};
 pub use oci_spec;
 
 /// The runtime-spec version this build implements.

@@ -22,11 +22,19 @@ use crate::sys::mount::mount;
 
 /// Init side: make the pty, hand the master over `socket`, and take the
 /// slave as stdio and controlling terminal. `uid`/`gid` will own the slave.
+/// `dev_console` also binds the slave over /dev/console (init only; an
+/// exec'd process must not replace the container's console).
 ///
 /// # Preconditions
 /// Runs in init after pivot_root, before the user switch; /dev/ptmx and
 /// /dev/pts are the container's own.
-pub(crate) fn setup_console(socket: RawFd, size: Option<(u16, u16)>, uid: u32, gid: u32) -> Result<(), String> {
+pub(crate) fn setup_console(
+    socket: RawFd,
+    size: Option<(u16, u16)>,
+    uid: u32,
+    gid: u32,
+    dev_console: bool,
+) -> Result<(), String> {
     let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC).map_err(|e| format!("open /dev/ptmx: {e}"))?;
     grantpt(&master).map_err(|e| format!("grantpt: {e}"))?;
     unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
@@ -38,12 +46,14 @@ pub(crate) fn setup_console(socket: RawFd, size: Option<(u16, u16)>, uid: u32, g
         let ws = Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
         sys::set_winsize(master.as_raw_fd(), &ws).map_err(|e| format!("set console size: {e}"))?;
     }
-    // /dev/console: an empty file to bind the slave over.
-    let console = Path::new("/dev/console");
-    if std::fs::symlink_metadata(console).is_err() {
-        std::fs::File::create(console).map_err(|e| format!("create /dev/console: {e}"))?;
+    if dev_console {
+        // An empty file to bind the slave over, made through the root so a
+        // symlink planted at /dev/console can't redirect it.
+        let root = crate::sys::fs::Root::open(Path::new("/")).map_err(|e| e.to_string())?;
+        let target = root.ensure(Path::new("/dev/console"), true).map_err(|e| e.to_string())?;
+        let target = crate::sys::fs::fd_path(&target);
+        mount(Some(&name), &target, None, MsFlags::MS_BIND, None, "/dev/console").map_err(|e| e.to_string())?;
     }
-    mount(Some(&name), "/dev/console", None, MsFlags::MS_BIND, None, "/dev/console").map_err(|e| e.to_string())?;
     send_fd(socket, master.as_raw_fd(), name.as_bytes()).map_err(|e| format!("send pty master to console socket: {e}"))?;
     drop(master);
     nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;

@@ -3,6 +3,7 @@
 
 mod create;
 mod delete;
+mod exec;
 pub(crate) mod kill;
 mod run;
 mod start;
@@ -17,6 +18,7 @@ use crate::error::{Result, RuntimeError};
 use crate::state::{Locked, Record};
 
 pub use create::CreateOptions;
+pub use exec::{load_process, ExecOptions, ProcessOverrides};
 pub use run::RunOptions;
 pub use state::{ContainerState, Status};
 

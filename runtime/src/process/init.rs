@@ -75,9 +75,12 @@ pub(crate) fn main(cfg: &InitConfig, chan: &Channel) -> ! {
     sys::exit_child(1)
 }
 
-type Step = Result<(), String>;
+pub(crate) type Step = Result<(), String>;
 
 fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
+    // CVE-2019-5736: until execve this process runs the runtime's binary
+    // inside the container; nothing there may open /proc/<pid>/exe.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
     // If the runtime dies before the container is committed, so do we.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     expect(chan, Msg::Go)?;
@@ -134,7 +137,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     root.mkdir_all(&cfg.cwd, 0o755).map_err(|e| format!("process.cwd: {e}"))?;
     rootfs::enter(root, cfg.spec, cfg.no_pivot)?;
     if let Some(sock) = cfg.console {
-        crate::tty::setup_console(sock, cfg.console_size, cfg.ids.uid, cfg.ids.gid)?;
+        crate::tty::setup_console(sock, cfg.console_size, cfg.ids.uid, cfg.ids.gid, true)?;
     }
 
     crate::rlimits::apply(&cfg.rlimits)?;
@@ -148,7 +151,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         nix::sys::prctl::set_no_new_privs().map_err(|e| format!("prctl(PR_SET_NO_NEW_PRIVS): {e}"))?;
     }
 
-    let env = build_env(cfg);
+    let env = with_home(&cfg.env, cfg.ids.uid);
     let exe = find_executable(&cfg.args[0], &env)?;
     let env: Vec<CString> = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
     sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
@@ -161,7 +164,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     wait_for_start_and_exec(cfg, host_pid, &exe, &env)
 }
 
-fn expect(chan: &Channel, want: Msg) -> Step {
+pub(crate) fn expect(chan: &Channel, want: Msg) -> Step {
     match chan.recv().map_err(|e| e.to_string())? {
         Some(m) if m == want => Ok(()),
         // The runtime is gone (killed, or it gave up): nothing to report to.
@@ -226,7 +229,7 @@ fn second_fork(chan: &Channel) -> Step {
 
 /// CVE-2024-21626: a cwd reached through a leaked fd would be outside the
 /// root, and getcwd then reports it as unreachable.
-fn verify_cwd() -> Step {
+pub(crate) fn verify_cwd() -> Step {
     match nix::unistd::getcwd() {
         Ok(p) if p.is_absolute() => Ok(()),
         Ok(p) => Err(format!("process.cwd resolved outside the container root ({})", p.display())),
@@ -234,17 +237,19 @@ fn verify_cwd() -> Step {
     }
 }
 
-fn build_env(cfg: &InitConfig) -> Vec<String> {
-    let mut env = cfg.env.clone();
+/// The program's environment: the configured one, plus `HOME` from the
+/// container's /etc/passwd when it is missing (as runc does).
+pub(crate) fn with_home(env: &[String], uid: u32) -> Vec<String> {
+    let mut env = env.to_vec();
     if !env.iter().any(|e| e.starts_with("HOME=")) {
-        env.push(format!("HOME={}", user::home_of(cfg.ids.uid)));
+        env.push(format!("HOME={}", user::home_of(uid)));
     }
     env
 }
 
 /// Resolves args[0] as execvp would, in the container, against the
 /// process's own PATH; a missing program fails `create`, not `start`.
-fn find_executable(arg0: &CString, env: &[String]) -> Result<CString, String> {
+pub(crate) fn find_executable(arg0: &CString, env: &[String]) -> Result<CString, String> {
     let name = arg0.to_str().map_err(|_| "process.args[0] is not UTF-8".to_string())?;
     let runnable = |p: &Path| {
         nix::unistd::access(p, nix::unistd::AccessFlags::X_OK).is_ok() && p.metadata().is_ok_and(|m| m.is_file())

@@ -1,6 +1,7 @@
 //! Making the container's init process: the clone, the conversation with
 //! it, and the script it runs.
 
+pub(crate) mod exec_init;
 pub(crate) mod foreground;
 pub(crate) mod init;
 pub(crate) mod launch;

@@ -1,0 +1,331 @@
+//! `exec`: run another program inside a created or running container.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::sys::signal::{SigSet, SigmaskHow};
+use nix::unistd::Pid;
+use oci_spec::runtime::{LinuxNamespaceType, Process};
+
+use super::state::Status;
+use super::Container;
+use crate::capabilities::Sets;
+use crate::error::{Result, RuntimeError, SysError};
+use crate::namespaces::{self, Join};
+use crate::process::exec_init::{self, ExecConfig};
+use crate::process::sync::{self, Msg};
+use crate::sys::{self, Forked};
+use crate::user::Ids;
+
+/// How to run the new process.
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// The process to run (from `--process`, or the container's own with
+    /// the command-line overrides applied: see [`Container::exec_process`]).
+    pub process: Process,
+    /// Return once the program runs instead of waiting for it.
+    pub detach: bool,
+    /// Where to write the new process's host pid.
+    pub pid_file: Option<PathBuf>,
+    /// Where to send the pty master (detached with a terminal).
+    pub console_socket: Option<PathBuf>,
+    /// Extra fds from 3 on passed to the program.
+    pub preserve_fds: u32,
+    /// `--cgroup [controller:]path`: a sub-cgroup of the container's.
+    pub cgroups: Vec<String>,
+    /// Allow exec into a paused container.
+    pub ignore_paused: bool,
+}
+
+/// Overrides from exec's command-line flags.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessOverrides {
+    /// The command and its arguments.
+    pub args: Vec<String>,
+    /// Extra `NAME=VALUE` variables.
+    pub env: Vec<String>,
+    /// Working directory.
+    pub cwd: Option<PathBuf>,
+    /// `uid[:gid]`.
+    pub user: Option<(u32, Option<u32>)>,
+    /// Additional group ids.
+    pub additional_gids: Vec<u32>,
+    /// Capabilities added to every set.
+    pub caps: Vec<String>,
+    /// Set no_new_privs.
+    pub no_new_privs: bool,
+    /// Allocate a terminal.
+    pub tty: bool,
+}
+
+impl Container {
+    /// The container's process with exec's overrides applied, as runc
+    /// builds it when no `--process` file is given.
+    pub fn exec_process(&self, o: &ProcessOverrides) -> Result<Process> {
+        let spec = self.config()?;
+        let mut p = spec.process().clone().ok_or_else(|| RuntimeError::InvalidSpec("process is not set".into()))?;
+        if o.args.is_empty() {
+            return Err(RuntimeError::InvalidArgument("exec needs a command, or --process".into()));
+        }
+        p.set_args(Some(o.args.clone()));
+        let mut env = p.env().clone().unwrap_or_default();
+        env.extend(o.env.iter().cloned());
+        p.set_env(Some(env));
+        if let Some(cwd) = &o.cwd {
+            p.set_cwd(cwd.clone());
+        }
+        if let Some((uid, gid)) = o.user {
+            p.user_mut().set_uid(uid);
+            if let Some(g) = gid {
+                p.user_mut().set_gid(g);
+            }
+        }
+        if !o.additional_gids.is_empty() {
+            p.user_mut().set_additional_gids(Some(o.additional_gids.clone()));
+        }
+        if o.no_new_privs {
+            p.set_no_new_privileges(Some(true));
+        }
+        p.set_terminal(Some(o.tty));
+        if !o.caps.is_empty() {
+            let mut c = p.capabilities().clone().unwrap_or_default();
+            for name in &o.caps {
+                let cap: oci_spec::runtime::Capability = serde_json::from_value(serde_json::Value::String(name.clone()))
+                    .map_err(|_| RuntimeError::InvalidArgument(format!("unknown capability {name:?}")))?;
+                let mut add = |s: Option<oci_spec::runtime::Capabilities>| {
+                    let mut s = s.unwrap_or_default();
+                    s.insert(cap);
+                    Some(s)
+                };
+                c.set_bounding(add(c.bounding().clone()));
+                c.set_effective(add(c.effective().clone()));
+                c.set_permitted(add(c.permitted().clone()));
+                c.set_ambient(add(c.ambient().clone()));
+            }
+            p.set_capabilities(Some(c));
+        }
+        Ok(p)
+    }
+
+    /// Runs `opts.process` in the container. Detached, returns 0 once the
+    /// program runs; otherwise its exit status (128+N for signal N).
+    pub fn exec(&self, opts: &ExecOptions) -> Result<i32> {
+        match self.status() {
+            Status::Stopped => return Err(RuntimeError::InvalidState("cannot exec in a stopped container".into())),
+            Status::Paused if !opts.ignore_paused => {
+                return Err(RuntimeError::InvalidState(
+                    "cannot exec in a paused container (use --ignore-paused to override)".into(),
+                ))
+            }
+            _ => {}
+        }
+        check_process(&opts.process)?;
+        let terminal = opts.process.terminal().unwrap_or(false);
+        match (terminal, opts.detach, opts.console_socket.is_some()) {
+            (true, true, false) => {
+                return Err(RuntimeError::InvalidArgument(
+                    "cannot allocate tty if tinyrun will detach without setting console socket".into(),
+                ))
+            }
+            (false, _, true) | (true, false, true) => {
+                return Err(RuntimeError::InvalidArgument(
+                    "cannot use console socket if tinyrun will not detach or allocate tty".into(),
+                ))
+            }
+            _ => {}
+        }
+        let spec = self.config()?;
+        let (joins, parent_joins) = self.namespace_fds(&spec)?;
+        let socket: Option<OwnedFd> = match &opts.console_socket {
+            Some(p) => Some(
+                std::os::unix::net::UnixStream::connect(p)
+                    .map_err(|e| RuntimeError::io("connect to console socket", p, e))?
+                    .into(),
+            ),
+            None => None,
+        };
+        let pair = if terminal && socket.is_none() {
+            Some(
+                nix::sys::socket::socketpair(
+                    nix::sys::socket::AddressFamily::Unix,
+                    nix::sys::socket::SockType::Stream,
+                    None,
+                    nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                )
+                .map_err(|e| SysError::bare("socketpair", e))?,
+            )
+        } else {
+            None
+        };
+        let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
+        let cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
+
+        let mut old = SigSet::empty();
+        if !opts.detach {
+            nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut old))
+                .map_err(|e| SysError::bare("sigprocmask", e))?;
+        }
+        let result = self.spawn(&cfg, &parent_joins, opts).and_then(|pid| {
+            if opts.detach {
+                return Ok(0);
+            }
+            let master = match &pair {
+                Some((ours, _)) => Some(crate::tty::recv_fd(ours.as_raw_fd())?),
+                None => None,
+            };
+            Ok(crate::process::foreground::wait(pid, master))
+        });
+        if !opts.detach {
+            let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+        }
+        result
+    }
+
+    /// Opens the init's namespaces: (joined by the child, joined by us
+    /// around the clone). A user namespace we are already in is skipped:
+    /// setns into one's own user namespace is an error.
+    fn namespace_fds(&self, spec: &oci_spec::runtime::Spec) -> Result<(Vec<Join>, Vec<Join>)> {
+        let nss = spec.linux().as_ref().and_then(|l| l.namespaces().clone()).unwrap_or_default();
+        let mut joins = Vec::new();
+        let mut parent = Vec::new();
+        for ns in nss {
+            let name = ns_name(ns.typ());
+            let theirs = PathBuf::from(format!("/proc/{}/ns/{name}", self.rec.pid));
+            if ns.typ() == LinuxNamespaceType::User && same_ns(&theirs, name) {
+                continue;
+            }
+            let fd = sys::fs::open_path(&theirs, nix::fcntl::OFlag::O_RDONLY)?;
+            let j = Join { typ: ns.typ(), fd };
+            if matches!(ns.typ(), LinuxNamespaceType::Pid | LinuxNamespaceType::Time) {
+                parent.push(j);
+            } else {
+                joins.push(j);
+            }
+        }
+        // User first, mount last (it moves our root and cwd).
+        joins.sort_by_key(|j| match j.typ {
+            LinuxNamespaceType::User => 0,
+            LinuxNamespaceType::Mount => 2,
+            _ => 1,
+        });
+        Ok((joins, parent))
+    }
+
+    fn spawn(&self, cfg: &ExecConfig, parent_joins: &[Join], opts: &ExecOptions) -> Result<Pid> {
+        let (ours, theirs) = sync::pair()?;
+        let mut restore = Vec::new();
+        for j in parent_joins {
+            restore.push(Join { typ: j.typ, fd: namespaces::open_own(ns_name(j.typ))? });
+            namespaces::setns(j)?;
+        }
+        let forked = sys::clone_fork(0, None);
+        if let Ok(Forked::Child) = forked {
+            drop(ours);
+            exec_init::main(cfg, &theirs);
+        }
+        for j in &restore {
+            namespaces::setns(j)?;
+        }
+        let Forked::Parent(pid) = forked? else { unreachable_child() };
+        drop(theirs);
+        let outcome = (|| -> Result<()> {
+            self.join_exec_cgroup(pid, &opts.cgroups)?;
+            ours.send(&Msg::Go)?;
+            match ours.recv()? {
+                None => Ok(()),
+                Some(Msg::Error(e)) => Err(RuntimeError::Exec(e)),
+                Some(m) => Err(RuntimeError::Exec(format!("unexpected message {m:?}"))),
+            }
+        })();
+        if let Err(e) = outcome {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(pid, None);
+            return Err(e);
+        }
+        if let Some(p) = &opts.pid_file {
+            crate::state::write_atomic(p, pid.as_raw().to_string().as_bytes(), 0o644)?;
+        }
+        Ok(pid)
+    }
+
+    /// Puts an exec'd process into the container's cgroup before it runs
+    /// anything of its own.
+    fn join_exec_cgroup(&self, _pid: Pid, sub: &[String]) -> Result<()> {
+        if !sub.is_empty() {
+            return Err(RuntimeError::unsupported("--cgroup", "sub-cgroups are not supported yet"));
+        }
+        Ok(())
+    }
+}
+
+fn unreachable_child() -> ! {
+    // clone_fork returned Child above and that branch never returns.
+    sys::exit_child(255)
+}
+
+fn ns_name(t: LinuxNamespaceType) -> &'static str {
+    match t {
+        LinuxNamespaceType::Mount => "mnt",
+        LinuxNamespaceType::Cgroup => "cgroup",
+        LinuxNamespaceType::Uts => "uts",
+        LinuxNamespaceType::Ipc => "ipc",
+        LinuxNamespaceType::User => "user",
+        LinuxNamespaceType::Pid => "pid",
+        LinuxNamespaceType::Network => "net",
+        LinuxNamespaceType::Time => "time",
+    }
+}
+
+fn same_ns(theirs: &Path, name: &str) -> bool {
+    let ours = format!("/proc/self/ns/{name}");
+    matches!((std::fs::read_link(theirs), std::fs::read_link(ours)), (Ok(a), Ok(b)) if a == b)
+}
+
+/// runc's checks on an exec process: non-empty args, absolute cwd.
+fn check_process(p: &Process) -> Result<()> {
+    if p.args().as_ref().is_none_or(|a| a.is_empty()) {
+        return Err(RuntimeError::InvalidArgument("process.args must not be empty".into()));
+    }
+    if !p.cwd().is_absolute() {
+        return Err(RuntimeError::InvalidArgument(format!("process.cwd {:?} is not an absolute path", p.cwd())));
+    }
+    if p.selinux_label().as_ref().is_some_and(|l| !l.is_empty()) {
+        return Err(RuntimeError::unsupported("process.selinuxLabel", "SELinux is not supported"));
+    }
+    if p.apparmor_profile().as_ref().is_some_and(|l| !l.is_empty()) {
+        return Err(RuntimeError::unsupported("process.apparmorProfile", "AppArmor is not supported"));
+    }
+    Ok(())
+}
+
+fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option<i32>) -> Result<ExecConfig> {
+    let args = p
+        .args()
+        .iter()
+        .flatten()
+        .map(|a| CString::new(a.as_str()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|_| RuntimeError::InvalidArgument("process.args: an argument contains a NUL byte".into()))?;
+    let user = p.user();
+    Ok(ExecConfig {
+        joins,
+        caps: Sets::from_spec(p.capabilities().as_ref())?,
+        rlimits: crate::rlimits::from_spec(p.rlimits().as_ref())?,
+        ids: Ids { uid: user.uid(), gid: user.gid(), additional_gids: user.additional_gids().clone().unwrap_or_default() },
+        umask: user.umask(),
+        args,
+        env: p.env().clone().unwrap_or_default(),
+        cwd: p.cwd().clone(),
+        no_new_privs: p.no_new_privileges().unwrap_or(false),
+        preserved_fds: preserve_fds,
+        console,
+        console_size: p.console_size().map(|b| (b.height() as u16, b.width() as u16)),
+    })
+}
+
+/// Reads a `--process` file: a full OCI Process object.
+pub fn load_process(path: &Path) -> Result<Process> {
+    let bytes = std::fs::read(path).map_err(|e| RuntimeError::io("read process file", path, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", path.display())))
+}
