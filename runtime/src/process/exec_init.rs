@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use nix::sys::signal::Signal;
 
-use super::init::{expect, find_executable, verify_cwd, with_home, Step};
+use super::init::{expect, find_executable, refuse_runtime_binary, verify_cwd, with_home, Step};
 use super::sync::{Channel, Msg};
 use crate::capabilities::Sets;
 use crate::namespaces::Join;
@@ -71,6 +71,7 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     }
     let env = with_home(&cfg.env, cfg.ids.uid);
     let exe = find_executable(&cfg.args[0], &env)?;
+    refuse_runtime_binary(&exe)?;
     let env: Vec<CString> = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
     sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
     let argv: Vec<&std::ffi::CStr> = cfg.args.iter().map(|a| a.as_c_str()).collect();

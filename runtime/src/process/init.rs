@@ -18,6 +18,7 @@
 //!  9. wait on start.sock; startContainer hooks; execve
 
 use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -153,6 +154,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
 
     let env = with_home(&cfg.env, cfg.ids.uid);
     let exe = find_executable(&cfg.args[0], &env)?;
+    refuse_runtime_binary(&exe)?;
     let env: Vec<CString> = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
     sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
 
@@ -273,6 +275,42 @@ pub(crate) fn find_executable(arg0: &CString, env: &[String]) -> Result<CString,
         }
     }
     Err(format!("exec: {name:?}: executable file not found in $PATH"))
+}
+
+/// CVE-2019-5736: refuse to start the runtime's own binary inside the
+/// container, directly or as a script's interpreter (`#!/proc/self/exe`).
+/// A container process could otherwise open it through /proc/<pid>/exe
+/// and overwrite the host's copy once it exits. Compared by device and
+/// inode, so no path spelling gets around it; a few stats, no copy.
+pub(crate) fn refuse_runtime_binary(exe: &CString) -> Step {
+    let own = nix::sys::stat::stat("/proc/self/exe").map_err(|e| format!("stat /proc/self/exe: {e}"))?;
+    let mut path = PathBuf::from(std::ffi::OsStr::from_bytes(exe.as_bytes()));
+    // The kernel follows at most 4 levels of interpreters (BINPRM_MAX_RECURSION).
+    for _ in 0..5 {
+        let Ok(st) = nix::sys::stat::stat(&path) else { return Ok(()) };
+        if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino) {
+            return Err(format!(
+                "refusing to run the runtime's own binary ({}) inside the container",
+                path.display()
+            ));
+        }
+        match interpreter(&path) {
+            Some(next) => path = next,
+            None => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// The interpreter named by a `#!` line, if `path` starts with one.
+fn interpreter(path: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = line.split(|b| *b == b'\n').next()?;
+    let word = line.split(|b| *b == b' ' || *b == b'\t').find(|w| !w.is_empty())?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(word)))
 }
 
 /// The State JSON a hook gets on stdin.
