@@ -42,24 +42,50 @@ impl Root {
     }
 
     /// `mkdir -p` inside the root; returns an `O_PATH` fd on the directory.
+    /// A symlink on the way is followed inside the root, and what it names
+    /// is created there (as the kernel would resolve it once the root is `/`).
     pub(crate) fn mkdir_all(&self, path: &Path, mode: u32) -> Result<OwnedFd, SysError> {
+        self.mkdir_all_depth(path, mode, 0)
+    }
+
+    fn mkdir_all_depth(&self, path: &Path, mode: u32, depth: u32) -> Result<OwnedFd, SysError> {
+        // The kernel gives up after 40 links; so do we.
+        if depth > 40 {
+            return Err(SysError::new("mkdir", self.describe(path), Errno::ELOOP));
+        }
+        let comps: Vec<&std::ffi::OsStr> = normal_components(path).collect();
         let mut cur = self.open_in(Path::new("/"), OFlag::O_PATH | OFlag::O_DIRECTORY)?;
         let mut so_far = PathBuf::from("/");
-        for comp in normal_components(path) {
+        for (i, comp) in comps.iter().enumerate() {
+            let parent = so_far.clone();
             so_far.push(comp);
-            cur = match self.open_in(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY) {
-                Ok(fd) => fd,
-                Err(e) if e.errno == Errno::ENOENT => {
-                    // The name is a plain component and `cur` was resolved
-                    // safely, so mkdirat can't be redirected. A dangling
-                    // symlink in its place makes mkdirat fail with EEXIST.
-                    nix::sys::stat::mkdirat(Some(cur.as_raw_fd()), comp, Mode::from_bits_truncate(mode))
-                        .or_else(|e| if e == Errno::EEXIST { Ok(()) } else { Err(e) })
-                        .map_err(|e| SysError::new("mkdirat", self.describe(&so_far), e))?;
-                    self.open_in(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY)?
+            match self.open_in(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+                Ok(fd) => {
+                    cur = fd;
+                    continue;
                 }
-                Err(e) => return Err(e),
-            };
+                Err(e) if e.errno != Errno::ENOENT => return Err(e),
+                Err(_) => {}
+            }
+            // The name is a plain component and `cur` was resolved safely,
+            // so mkdirat can't be redirected.
+            match nix::sys::stat::mkdirat(Some(cur.as_raw_fd()), *comp, Mode::from_bits_truncate(mode)) {
+                Ok(()) => {}
+                Err(Errno::EEXIST) => {
+                    // A symlink whose target is missing: make the target,
+                    // read relative to where the link is, inside the root.
+                    let target = nix::fcntl::readlinkat(Some(cur.as_raw_fd()), *comp)
+                        .map_err(|e| SysError::new("readlink", self.describe(&so_far), e))?;
+                    let target = Path::new(&target);
+                    let mut next = if target.is_absolute() { target.to_path_buf() } else { parent.join(target) };
+                    for rest in &comps[i + 1..] {
+                        next.push(rest);
+                    }
+                    return self.mkdir_all_depth(&next, mode, depth + 1);
+                }
+                Err(e) => return Err(SysError::new("mkdirat", self.describe(&so_far), e)),
+            }
+            cur = self.open_in(&so_far, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
         }
         Ok(cur)
     }
@@ -160,5 +186,52 @@ fn openat2(dirfd: RawFd, path: &Path, flags: OFlag, resolve: u64) -> Result<Owne
             Errno::EAGAIN | Errno::EINTR => continue,
             e => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A root with hostile symlinks: absolute, relative past the top, and a
+    /// dangling one, all pointing outside.
+    fn hostile() -> (tempfile::TempDir, tempfile::TempDir, Root) {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("abs")).unwrap();
+        std::os::unix::fs::symlink("../../../../../..", root.path().join("up")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("nope"), root.path().join("dangling")).unwrap();
+        let r = Root::open(root.path()).unwrap();
+        (root, outside, r)
+    }
+
+    #[test]
+    fn symlinks_resolve_inside_the_root() {
+        let (root, outside, r) = hostile();
+        // "abs/x" means <root>/<outside path>/x: created inside, never outside.
+        r.mkdir_all(Path::new("/abs/x"), 0o755).unwrap();
+        assert!(root.path().join(outside.path().strip_prefix("/").unwrap()).join("x").is_dir());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        r.ensure(Path::new("/up/etc/evil"), true).unwrap();
+        assert!(root.path().join("etc/evil").is_file());
+        assert!(!Path::new("/etc/evil").exists());
+    }
+
+    #[test]
+    fn dangling_symlink_is_created_inside_or_refused() {
+        let (_root, outside, r) = hostile();
+        let _ = r.ensure(Path::new("/dangling"), true);
+        let _ = r.mkdir_all(Path::new("/dangling/sub"), 0o755);
+        assert!(!outside.path().join("nope").exists());
+    }
+
+    #[test]
+    fn magic_links_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/proc/self/root", root.path().join("magic")).unwrap();
+        let r = Root::open(root.path()).unwrap();
+        // In-root resolution turns the absolute link into <root>/proc/...,
+        // which doesn't exist: nothing reaches the host's /proc.
+        assert!(r.open_in(Path::new("/magic/etc"), OFlag::O_PATH).is_err());
     }
 }
