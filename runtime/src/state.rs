@@ -138,8 +138,12 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
 }
 
 /// Field 22 of `/proc/<pid>/stat` and whether the process is a zombie.
+/// Parsed by procfs from one plain read: this runs on every command, and
+/// opening /proc through procfs' hardened path costs dozens of syscalls.
 pub(crate) fn proc_start_time(pid: i32) -> Option<(u64, bool)> {
-    let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    use procfs::FromRead;
+    let file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let stat = procfs::process::Stat::from_read(file).ok()?;
     Some((stat.starttime, stat.state == 'Z' || stat.state == 'X'))
 }
 
