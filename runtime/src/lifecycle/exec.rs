@@ -93,7 +93,7 @@ impl Container {
             for name in &o.caps {
                 let cap: oci_spec::runtime::Capability = serde_json::from_value(serde_json::Value::String(name.clone()))
                     .map_err(|_| RuntimeError::InvalidArgument(format!("unknown capability {name:?}")))?;
-                let mut add = |s: Option<oci_spec::runtime::Capabilities>| {
+                let add = |s: Option<oci_spec::runtime::Capabilities>| {
                     let mut s = s.unwrap_or_default();
                     s.insert(cap);
                     Some(s)
@@ -251,9 +251,12 @@ impl Container {
 
     /// Puts an exec'd process into the container's cgroup before it runs
     /// anything of its own.
-    fn join_exec_cgroup(&self, _pid: Pid, sub: &[String]) -> Result<()> {
+    fn join_exec_cgroup(&self, pid: Pid, sub: &[String]) -> Result<()> {
         if !sub.is_empty() {
             return Err(RuntimeError::unsupported("--cgroup", "sub-cgroups are not supported yet"));
+        }
+        if let Some(cg) = self.cgroup()? {
+            cg.add(pid)?;
         }
         Ok(())
     }
