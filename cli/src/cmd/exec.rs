@@ -36,6 +36,7 @@ pub(crate) fn run(rt: &Runtime, a: &ExecArgs, log: &Logger) -> anyhow::Result<u8
         preserve_fds: a.preserve_fds,
         cgroups: a.cgroup.clone(),
         ignore_paused: a.ignore_paused,
+        stdio: None,
     })?;
     Ok(u8::try_from(code).unwrap_or(255))
 }

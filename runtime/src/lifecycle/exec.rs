@@ -36,6 +36,8 @@ pub struct ExecOptions {
     pub cgroups: Vec<String>,
     /// Allow exec into a paused container.
     pub ignore_paused: bool,
+    /// fds to become the process's stdin, stdout and stderr (default: ours).
+    pub stdio: Option<[std::os::fd::RawFd; 3]>,
 }
 
 /// Overrides from exec's command-line flags.
@@ -111,6 +113,16 @@ impl Container {
     /// Runs `opts.process` in the container. Detached, returns 0 once the
     /// program runs; otherwise its exit status (128+N for signal N).
     pub fn exec(&self, opts: &ExecOptions) -> Result<i32> {
+        self.exec_inner(opts, false).map(|(_, code)| code)
+    }
+
+    /// Starts `opts.process` in the container and returns its pid without
+    /// waiting (it is our child: the caller reaps it).
+    pub(crate) fn exec_spawn(&self, opts: &ExecOptions) -> Result<Pid> {
+        self.exec_inner(&ExecOptions { detach: true, ..opts.clone() }, true).map(|(pid, _)| pid)
+    }
+
+    fn exec_inner(&self, opts: &ExecOptions, _spawn_only: bool) -> Result<(Pid, i32)> {
         match self.status() {
             Status::Stopped => return Err(RuntimeError::InvalidState("cannot exec in a stopped container".into())),
             Status::Paused if !opts.ignore_paused => {
@@ -159,7 +171,8 @@ impl Container {
             None
         };
         let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
-        let cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
+        let mut cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
+        cfg.stdio = opts.stdio;
 
         let mut old = SigSet::empty();
         if !opts.detach {
@@ -168,13 +181,13 @@ impl Container {
         }
         let result = self.spawn(&cfg, &parent_joins, opts).and_then(|pid| {
             if opts.detach {
-                return Ok(0);
+                return Ok((pid, 0));
             }
             let master = match &pair {
                 Some((ours, _)) => Some(crate::tty::recv_fd(ours.as_raw_fd())?),
                 None => None,
             };
-            Ok(crate::process::foreground::wait(pid, master))
+            Ok((pid, crate::process::foreground::wait(pid, master)))
         });
         if !opts.detach {
             let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
@@ -324,6 +337,7 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         preserved_fds: preserve_fds,
         console,
         console_size: p.console_size().map(|b| (b.height() as u16, b.width() as u16)),
+        stdio: None,
     })
 }
 

@@ -35,6 +35,8 @@ pub(crate) struct ExecConfig {
     pub preserved_fds: u32,
     pub console: Option<std::os::fd::RawFd>,
     pub console_size: Option<(u16, u16)>,
+    /// fds to move to 0, 1 and 2 first.
+    pub stdio: Option<[std::os::fd::RawFd; 3]>,
 }
 
 /// Child entry point. Never returns.
@@ -48,6 +50,9 @@ pub(crate) fn main(cfg: &ExecConfig, chan: &Channel) -> ! {
 }
 
 fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
+    if let Some(fds) = cfg.stdio {
+        super::init::take_stdio(fds)?;
+    }
     // CVE-2019-5736: while this process still runs the runtime's binary
     // inside the container, nothing there may open /proc/<pid>/exe.
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;

@@ -176,6 +176,16 @@ pub(crate) fn expect(chan: &Channel, want: Msg) -> Step {
     }
 }
 
+/// Makes `fds` our stdin, stdout and stderr (dup2 clears close-on-exec).
+pub(crate) fn take_stdio(fds: [std::os::fd::RawFd; 3]) -> Step {
+    for (target, fd) in fds.into_iter().enumerate() {
+        if fd != target as i32 {
+            nix::unistd::dup2(fd, target as i32).map_err(|e| format!("dup2 stdio fd {fd} to {target}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// In a user namespace made by clone: take uid/gid 0 of it, now that the
 /// runtime has written the maps. Unmapped 0 is left alone (the config may
 /// map only the user it runs as).
