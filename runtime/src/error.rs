@@ -80,6 +80,9 @@ pub enum RuntimeError {
     /// A hook failed or timed out.
     #[error("{0}")]
     Hook(String),
+    /// Making, limiting, freezing, reading or removing the container's cgroup.
+    #[error(transparent)]
+    Cgroup(#[from] crate::cgroups::CgroupError),
     /// A failure followed by a failed clean-up: both are reported.
     #[error("{error} (clean-up also failed: {cleanup})")]
     WithCleanup { error: Box<RuntimeError>, cleanup: Box<RuntimeError> },

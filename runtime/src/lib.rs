@@ -28,6 +28,7 @@ pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
     load_process, Container, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, RunOptions, Runtime, Status,
 };
+pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;
 
 /// The runtime-spec version this build implements.

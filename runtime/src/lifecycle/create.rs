@@ -9,10 +9,11 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
-use oci_spec::runtime::LinuxNamespaceType;
+use oci_spec::runtime::{LinuxDevice, LinuxNamespaceType, LinuxResources};
 
 use super::{check_id, Container, HookState, Runtime};
 use crate::capabilities::Sets;
+use crate::cgroups::Cgroup;
 use crate::error::{Result, RuntimeError};
 use crate::hooks::{self, Kind};
 use crate::namespaces::Plan;
@@ -100,12 +101,20 @@ fn check_terminal(b: &Bundle, opts: &CreateOptions) -> Result<()> {
 struct CreateHost<'a> {
     id: &'a str,
     bundle: &'a Bundle,
+    cgroup: &'a Cgroup,
+    resources: &'a LinuxResources,
+    devices: &'a [LinuxDevice],
 }
 
 impl Host for CreateHost<'_> {
-    fn join_cgroup(&mut self, _pid: Pid) -> Result<()> {
-        // Cgroups are not managed yet; validation refused any resource limit.
-        Ok(())
+    fn cgroup_fd(&mut self) -> Result<Option<std::os::fd::OwnedFd>> {
+        Ok(self.cgroup.prepare(self.resources, self.devices)?)
+    }
+
+    /// Makes the cgroup (if `cgroup_fd` did not), applies linux.resources
+    /// and moves init in, while init still waits for Go.
+    fn join_cgroup(&mut self, pid: Pid) -> Result<()> {
+        Ok(self.cgroup.join(pid, self.resources, self.devices)?)
     }
 
     fn runtime_hooks(&mut self, pid: Pid) -> Result<()> {
@@ -142,8 +151,18 @@ fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions, console
     let listener = bind_start_socket(&lock.path(START_SOCKET), &lock.dir)?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
     cfg.console = console;
-    let mut host = CreateHost { id, bundle };
-    let launched = launch::launch(&cfg, &mut host)?;
+    let linux = spec.linux().as_ref();
+    let resources = linux.and_then(|l| l.resources().clone()).unwrap_or_default();
+    let devices = linux.and_then(|l| l.devices().clone()).unwrap_or_default();
+    let cgroups_path = linux.and_then(|l| l.cgroups_path().as_ref()).map(|p| p.to_string_lossy().into_owned());
+    let cgroup = Cgroup::for_create(cgroups_path.as_deref(), id, opts.systemd_cgroup, Some(&resources))?;
+    let mut host = CreateHost { id, bundle, cgroup: &cgroup, resources: &resources, devices: &devices };
+    // A failed create leaves no cgroup behind (init is already dead then).
+    let undo_cgroup = |e: RuntimeError| match cgroup.destroy() {
+        Ok(()) => e,
+        Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
+    };
+    let launched = launch::launch(&cfg, &mut host).map_err(undo_cgroup)?;
     let pid = launched.pid;
     let result = (|| -> Result<Record> {
         let start_time = proc_start_time(pid.as_raw())
@@ -159,7 +178,7 @@ fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions, console
             annotations: spec.annotations().clone().unwrap_or_default(),
             systemd_cgroup: opts.systemd_cgroup,
             own_pid_ns: plan.is_new(LinuxNamespaceType::Pid),
-            cgroup_path: None,
+            cgroup_path: Some(cgroup.recorded().to_string()),
         };
         lock.save(&rec)?;
         if let Some(p) = &opts.pid_file {
@@ -169,7 +188,7 @@ fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions, console
     })();
     match result {
         Ok(rec) => {
-            launched.commit()?;
+            launched.commit().map_err(undo_cgroup)?;
             Ok(rec)
         }
         Err(e) => {
@@ -177,7 +196,7 @@ fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions, console
             if let Some(p) = &opts.pid_file {
                 let _ = std::fs::remove_file(p);
             }
-            Err(e)
+            Err(undo_cgroup(e))
         }
     }
 }

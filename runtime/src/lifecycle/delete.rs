@@ -50,11 +50,15 @@ impl Container {
         Ok(())
     }
 
-    /// Frees what create made, then runs poststop hooks. A poststop failure
-    /// is returned (runc does), after everything is already gone.
+    /// Frees what create made (the cgroup, after killing anything still in
+    /// it, then the state), then runs poststop hooks. A poststop failure is
+    /// returned (runc does), after everything is already gone.
     fn destroy(self) -> Result<()> {
         let spec = self.config().ok();
         let st = self.hook_state("stopped");
+        if let Some(cg) = self.cgroup()? {
+            cg.destroy()?;
+        }
         self.lock.remove()?;
         if let Some(spec) = spec {
             hooks::run_all(&spec, Kind::Poststop, &st)?;

@@ -22,17 +22,26 @@ pub fn parse_signal(s: &str) -> Result<i32> {
 
 impl Container {
     /// Sends `sig`. Fails with `container not running` unless the container
-    /// is created, running or paused.
+    /// is created, running or paused; with `all`, the processes left in the
+    /// cgroup of a stopped container are signalled too (containerd sweeps
+    /// them up that way).
     pub fn kill(&self, sig: i32, all: bool) -> Result<()> {
         match self.status() {
-            Status::Stopped => Err(RuntimeError::NotRunning),
+            Status::Stopped if !all => Err(RuntimeError::NotRunning),
             _ => self.signal(sig, all),
         }
     }
 
     /// Signals init through a pidfd opened after checking its start time,
-    /// so a recycled pid can't be hit.
-    pub(crate) fn signal(&self, sig: i32, _all: bool) -> Result<()> {
+    /// so a recycled pid can't be hit. With `all`, or for SIGKILL when the
+    /// container shares the host's pid namespace (killing init then would
+    /// not take the rest with it), every process in the cgroup instead.
+    pub(crate) fn signal(&self, sig: i32, all: bool) -> Result<()> {
+        if all || (sig == libc::SIGKILL && !self.rec.own_pid_ns) {
+            if let Some(cg) = self.cgroup()? {
+                return Ok(cg.signal_all(sig)?);
+            }
+        }
         let pid = Pid::from_raw(self.rec.pid);
         let fd = crate::sys::pidfd_open(pid).map_err(|_| RuntimeError::NotRunning)?;
         if super::state::status_of(&self.lock, &self.rec) == Status::Stopped {

@@ -3,11 +3,15 @@
 
 mod create;
 mod delete;
+mod events;
 mod exec;
 pub(crate) mod kill;
+mod pause;
+mod ps;
 mod run;
 mod start;
 mod state;
+mod update;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +25,7 @@ pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};
 pub use run::RunOptions;
 pub use state::{ContainerState, Status};
+pub use update::{parse_bytes, UpdateFlags};
 
 /// A state root (`--root`) holding containers, one directory each.
 pub struct Runtime {

@@ -2,8 +2,8 @@
 //!
 //! The status is derived, never stored: init alive (same pid *and* start
 //! time, not a zombie) and the start socket present means `created`; alive
-//! without it means `running`; anything else is `stopped`. A frozen cgroup
-//! will read as `paused` once cgroups are managed.
+//! without it means `running`; alive in a frozen cgroup means `paused`;
+//! anything else is `stopped`.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -57,7 +57,9 @@ pub struct ContainerState {
 pub(crate) fn status_of(lock: &Locked, rec: &Record) -> Status {
     match proc_start_time(rec.pid) {
         Some((t, false)) if t == rec.start_time => {
-            if lock.path(START_SOCKET).exists() {
+            if rec.cgroup_path.as_deref().is_some_and(|p| crate::cgroups::is_frozen(p, rec.systemd_cgroup)) {
+                Status::Paused
+            } else if lock.path(START_SOCKET).exists() {
                 Status::Created
             } else {
                 Status::Running

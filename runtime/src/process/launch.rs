@@ -48,6 +48,11 @@ fn kill_and_reap(pid: Pid) {
 
 /// Callbacks into the lifecycle code while init is being set up.
 pub(crate) trait Host {
+    /// A cgroup2 directory to clone init straight into (`CLONE_INTO_CGROUP`),
+    /// already limited; `None` when the host or driver can't.
+    fn cgroup_fd(&mut self) -> Result<Option<std::os::fd::OwnedFd>> {
+        Ok(None)
+    }
     /// Put the new process into the container's cgroup before it runs.
     fn join_cgroup(&mut self, pid: Pid) -> Result<()>;
     /// Run prestart and createRuntime hooks.
@@ -58,7 +63,8 @@ pub(crate) trait Host {
 pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> {
     let (ours, theirs) = sync::pair()?;
     let plan = cfg.plan;
-    let forked = clone_init(cfg.spec, plan)?;
+    let cgroup = host.cgroup_fd()?;
+    let forked = clone_init(cfg.spec, plan, cgroup.as_ref().map(std::os::fd::AsRawFd::as_raw_fd))?;
     let child = match forked {
         Forked::Child => {
             drop(ours);
@@ -123,7 +129,7 @@ fn died(pid: Pid) -> String {
 
 /// clone3 with the planned flags; the pid or time namespace joined (or, for
 /// time with offsets, made) by the runtime only for the duration of the call.
-fn clone_init(spec: &Spec, plan: &namespaces::Plan) -> Result<Forked> {
+fn clone_init(spec: &Spec, plan: &namespaces::Plan, cgroup: Option<std::os::fd::RawFd>) -> Result<Forked> {
     let mut restore = Vec::new();
     for j in &plan.parent_joins {
         let name = if j.typ == LinuxNamespaceType::Pid { "pid" } else { "time" };
@@ -141,7 +147,11 @@ fn clone_init(spec: &Spec, plan: &namespaces::Plan) -> Result<Forked> {
             None => flags |= libc::CLONE_NEWTIME as u64,
         }
     }
-    let forked = sys::clone_fork(flags, None);
+    let mut forked = sys::clone_fork(flags, cgroup);
+    if forked.is_err() && cgroup.is_some() {
+        // No CLONE_INTO_CGROUP here: Host::join_cgroup moves init instead.
+        forked = sys::clone_fork(flags, None);
+    }
     if let Ok(Forked::Child) = forked {
         return Ok(Forked::Child);
     }

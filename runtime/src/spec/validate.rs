@@ -17,8 +17,18 @@ pub(crate) fn validate(spec: &Spec) -> Result<()> {
     check_mounts(spec)?;
     check_sysctl(spec)?;
     check_hooks(spec)?;
+    check_resources(spec)?;
     check_unsupported(spec)?;
     Ok(())
+}
+
+/// `linux.resources` fields no host applies. What depends on the host's
+/// cgroups (a missing controller, a v1-only field on v2) is checked by
+/// `cgroups` when the container's cgroup is resolved, still before init is
+/// cloned.
+fn check_resources(spec: &Spec) -> Result<()> {
+    let Some(r) = spec.linux().as_ref().and_then(|l| l.resources().as_ref()) else { return Ok(()) };
+    crate::cgroups::check_spec(r).map_err(|r| RuntimeError::unsupported(r.field, r.why))
 }
 
 fn check_process(spec: &Spec) -> Result<()> {
