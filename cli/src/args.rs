@@ -90,6 +90,125 @@ pub(crate) enum Command {
     Update(UpdateArgs),
     /// show the enabled features
     Features,
+    /// run untrusted code in a hardened, throw-away box
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SandboxCommand {
+    /// run a command in a new sandbox, then remove every trace of it
+    Run(SandboxRunArgs),
+    /// make a persistent sandbox and print its id
+    Launch(SandboxSizeArgs),
+    /// run a command in a persistent sandbox (its files persist between calls)
+    Exec(SandboxExecArgs),
+    /// an interactive shell in a persistent sandbox
+    Shell(SandboxIdArg),
+    /// remove a persistent sandbox
+    Terminate(SandboxIdArg),
+    /// list sandboxes
+    List(SandboxListArgs),
+    /// manage the pool of pre-started sandboxes
+    #[command(subcommand)]
+    Pool(SandboxPoolCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SandboxPoolCommand {
+    /// start idle sandboxes until N of these sizes are waiting
+    Fill(SandboxPoolFillArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SandboxSizeArgs {
+    /// size preset: nano, micro, small, medium or large
+    #[arg(long = "type", value_name = "PRESET")]
+    pub preset: Option<String>,
+    /// memory limit, e.g. 256M or 1G
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPU limit in cores, e.g. 0.5
+    #[arg(long, value_name = "CORES")]
+    pub cpus: Option<f64>,
+    /// most processes at once
+    #[arg(long, value_name = "N")]
+    pub pids: Option<i64>,
+    /// wall-clock limit, e.g. 10s or 500ms
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// size of the /tmp and /work tmpfs, e.g. 64M
+    #[arg(long, value_name = "SIZE")]
+    pub tmpfs_size: Option<String>,
+    /// use this root filesystem instead of the host's /usr, /bin and /lib
+    #[arg(long, value_name = "DIR", conflicts_with = "bundle")]
+    pub rootfs: Option<PathBuf>,
+    /// use this OCI bundle's root filesystem
+    #[arg(long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
+    /// set an environment variable (repeatable)
+    #[arg(short, long, value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// network: "loopback" (default) or "none" (loopback left down)
+    #[arg(long, value_name = "MODE", default_value = "loopback")]
+    pub network: String,
+    /// loosen: keep the root filesystem writable
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub writable_root: bool,
+    /// loosen: run without the seccomp allowlist
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub no_seccomp: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxRunArgs {
+    #[command(flatten)]
+    pub size: SandboxSizeArgs,
+    /// print one JSON object with the outcome, output and usage
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub json: bool,
+    /// most bytes of stdout and of stderr kept with --json
+    #[arg(long, value_name = "SIZE", default_value = "1M")]
+    pub output_cap: String,
+    /// take a pre-started sandbox from the pool (see `sandbox pool fill`)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub pool: bool,
+    /// the command and its arguments
+    #[arg(required = true, last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxExecArgs {
+    /// set an environment variable (repeatable)
+    #[arg(short, long, value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// the sandbox's id
+    pub id: String,
+    /// the command and its arguments
+    #[arg(required = true, last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxIdArg {
+    /// the sandbox's id
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxListArgs {
+    /// select one of: table or json
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub format: ListFormat,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxPoolFillArgs {
+    #[command(flatten)]
+    pub size: SandboxSizeArgs,
+    /// how many idle sandboxes to keep
+    pub count: usize,
 }
 
 impl Command {
@@ -365,7 +484,7 @@ pub(crate) fn normalize(cmd: &clap::Command, argv: Vec<String>) -> Vec<String> {
             break;
         }
         let long_name = |a: &str| -> Option<(String, Option<String>)> {
-            let body = a.strip_prefix("--").or_else(|| a.strip_prefix('-').filter(|b| b.len() > 1))?;
+            let body = a.strip_prefix("--").or_else(|| a.strip_prefix('-').filter(|b| !b.is_empty()))?;
             let (name, val) = match body.split_once('=') {
                 Some((n, v)) => (n.to_string(), Some(v.to_string())),
                 None => (body.to_string(), None),
@@ -374,13 +493,21 @@ pub(crate) fn normalize(cmd: &clap::Command, argv: Vec<String>) -> Vec<String> {
         };
         if arg.starts_with('-') && arg.len() > 1 {
             if let Some((name, val)) = long_name(&arg) {
-                let found = scope.get_arguments().find(|a| a.get_long() == Some(name.as_str())).cloned();
+                let found = if name.chars().count() == 1 {
+                    let c = name.chars().next().unwrap_or('-');
+                    scope.get_arguments().find(|a| a.get_short() == Some(c)).cloned()
+                } else {
+                    scope.get_arguments().find(|a| a.get_long() == Some(name.as_str())).cloned()
+                };
                 if let Some(a) = found {
-                    let takes_value = a.get_num_args().is_some_and(|n| n.min_values() > 0);
+                    let takes_value = a.get_action().takes_values() && a.get_num_args().is_none_or(|n| n.min_values() > 0);
                     expect_value = takes_value && val.is_none();
+                    // Spell every flag the long way, so `-e=X` or `-cwd` can't
+                    // be read as a cluster of short flags.
+                    let long = a.get_long().map(str::to_string).unwrap_or(name);
                     out.push(match val {
-                        Some(v) => format!("--{name}={v}"),
-                        None => format!("--{name}"),
+                        Some(v) => format!("--{long}={v}"),
+                        None => format!("--{long}"),
                     });
                     continue;
                 }
@@ -444,6 +571,14 @@ mod tests {
         assert!(r.detach && r.keep);
         assert_eq!(r.create.id, "id1");
         assert_eq!(r.create.bundle.as_deref(), Some(std::path::Path::new("/b")));
+    }
+
+    #[test]
+    fn short_flags_with_separate_values_keep_the_rest_flags() {
+        assert_eq!(
+            norm(&["tinyrun", "exec", "-e=ONE=1", "-e", "TWO=2", "-cwd", "/tmp", "-u=1000", "id", "sh", "-c", "x"]),
+            ["tinyrun", "exec", "--env=ONE=1", "--env", "TWO=2", "--cwd", "/tmp", "--user=1000", "id", "sh", "-c", "x"]
+        );
     }
 
     #[test]

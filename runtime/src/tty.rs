@@ -50,6 +50,9 @@ pub(crate) fn setup_console(
         // An empty file to bind the slave over, made through the root so a
         // symlink planted at /dev/console can't redirect it.
         let root = crate::sys::fs::Root::open(Path::new("/")).map_err(|e| e.to_string())?;
+        // A symlink in the image at /dev/console must not choose what the
+        // pty is mounted over (CVE-2025-52565): replace it with a file.
+        crate::rootfs::replace_symlink(&root, Path::new("/dev/console"))?;
         let target = root.ensure(Path::new("/dev/console"), true).map_err(|e| e.to_string())?;
         let target = crate::sys::fs::fd_path(&target);
         mount(Some(&name), &target, None, MsFlags::MS_BIND, None, "/dev/console").map_err(|e| e.to_string())?;

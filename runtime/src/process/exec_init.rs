@@ -81,6 +81,8 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
     let argv: Vec<&std::ffi::CStr> = cfg.args.iter().map(|a| a.as_c_str()).collect();
     let envp: Vec<&std::ffi::CStr> = env.iter().map(|a| a.as_c_str()).collect();
+    // The program must outlive a detached `exec` (PDEATHSIG survives execve).
+    nix::sys::prctl::set_pdeathsig(None).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     sys::reset_signals();
     let errno = sys::execve(&exe, &argv, &envp);
     Err(format!("exec {exe:?}: {errno}"))

@@ -85,6 +85,9 @@ pub(super) fn populate(root: &Root, o: &Options) -> Result<()> {
 
 fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
     let path = Path::new(&n.path);
+    // The spec wants the real device here; an image's symlink (or file) in
+    // its place must not be kept, or followed to the host.
+    super::replace_symlink(root, path)?;
     let parent = path.parent().unwrap_or(Path::new("/"));
     let name = path.file_name().ok_or("no file name")?;
     if in_user_ns && n.kind != SFlag::S_IFIFO {
@@ -97,10 +100,21 @@ fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
     let dir = root.mkdir_all(parent, 0o755).map_err(|e| e.to_string())?;
     let dir = reopen_dir(&dir).map_err(|e| e.to_string())?;
     let mode = Mode::from_bits_truncate(n.mode & 0o7777);
-    match mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, makedev(n.major, n.minor)) {
+    let dev = makedev(n.major, n.minor);
+    match mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, dev) {
         Ok(()) => {}
-        // The image may already have it (a /dev that isn't a tmpfs).
-        Err(Errno::EEXIST) => return Ok(()),
+        Err(Errno::EEXIST) => {
+            // The image has something there (a /dev that isn't a tmpfs):
+            // keep it only if it is this very device.
+            let st = nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                .map_err(|e| format!("stat: {e}"))?;
+            if st.st_mode & libc::S_IFMT == n.kind.bits() && st.st_rdev == dev {
+                return Ok(());
+            }
+            nix::unistd::unlinkat(Some(dir.as_raw_fd()), name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+                .map_err(|e| format!("replace existing entry: {e}"))?;
+            mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, dev).map_err(|e| format!("mknod: {e}"))?;
+        }
         Err(e) => return Err(format!("mknod: {e}")),
     }
     // Init runs with umask 0, so the mode above is taken literally.

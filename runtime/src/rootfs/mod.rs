@@ -129,3 +129,23 @@ pub(crate) fn enter(root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
 fn root_fd(root: &Root) -> Result<std::os::fd::OwnedFd> {
     root.fd().try_clone_to_owned().map_err(|e| format!("dup rootfs fd: {e}"))
 }
+
+/// Removes `path` if the image has a symlink there, so that what the runtime
+/// makes at that path is a real file or node, not whatever the link names.
+pub(crate) fn replace_symlink(root: &Root, path: &Path) -> Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let Some(name) = path.file_name() else { return Ok(()) };
+    let dir = match root.open_in(parent, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY) {
+        Ok(d) => d,
+        Err(e) if e.errno == nix::errno::Errno::ENOENT => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let dir = crate::sys::fs::reopen_dir(&dir).map_err(|e| format!("open {}: {e}", parent.display()))?;
+    match nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
+            nix::unistd::unlinkat(Some(dir.as_raw_fd()), name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+                .map_err(|e| format!("remove symlink {}: {e}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
