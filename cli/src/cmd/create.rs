@@ -25,6 +25,7 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         listen_fds: listen_fds(log),
         systemd_cgroup: cli.systemd_cgroup,
         detach,
+        stdio: None,
     })
 }
 

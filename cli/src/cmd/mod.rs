@@ -11,6 +11,7 @@ mod list;
 mod pause;
 mod ps;
 mod run;
+mod sandbox;
 mod spec;
 mod start;
 mod state;
@@ -42,6 +43,7 @@ pub(crate) fn dispatch(cli: &Cli, command: &Command, log: &Logger) -> anyhow::Re
         Command::Resume(a) => pause::resume(&rt, a),
         Command::Update(a) => update::run(&rt, a),
         Command::Features => features::run(),
+        Command::Sandbox(c) => sandbox::run(&state_root(cli), c),
     }
 }
 

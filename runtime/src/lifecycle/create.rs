@@ -44,6 +44,8 @@ pub struct CreateOptions {
     pub systemd_cgroup: bool,
     /// The runtime returns while the container runs (create, run -d).
     pub detach: bool,
+    /// fds to become init's stdin, stdout and stderr (default: ours).
+    pub stdio: Option<[std::os::fd::RawFd; 3]>,
 }
 
 impl Runtime {
@@ -261,6 +263,7 @@ fn init_config<'a>(
         wants_hooks,
         start_listener: listener,
         console: None,
+        stdio: opts.stdio,
         console_size: process.console_size().map(|b| (b.height() as u16, b.width() as u16)),
     })
 }

@@ -11,6 +11,7 @@ mod ps;
 mod run;
 mod start;
 mod state;
+mod usage;
 mod update;
 
 use std::collections::HashMap;

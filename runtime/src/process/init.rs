@@ -61,6 +61,8 @@ pub(crate) struct InitConfig<'a> {
     pub start_listener: &'a OwnedFd,
     /// Where the pty master goes, when `process.terminal` is set.
     pub console: Option<std::os::fd::RawFd>,
+    /// fds to move to 0, 1 and 2 first.
+    pub stdio: Option<[std::os::fd::RawFd; 3]>,
     /// `process.consoleSize` as (rows, columns).
     pub console_size: Option<(u16, u16)>,
 }
@@ -84,6 +86,9 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
     // If the runtime dies before the container is committed, so do we.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    if let Some(fds) = cfg.stdio {
+        take_stdio(fds)?;
+    }
     expect(chan, Msg::Go)?;
     let plan = cfg.plan;
     if plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
@@ -91,6 +96,9 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     }
     enter_namespaces(plan, chan)?;
 
+    if plan.is_new(LinuxNamespaceType::Network) && wants_loopback(cfg.spec) {
+        sys::loopback_up().map_err(|e| e.to_string())?;
+    }
     if plan.is_new(LinuxNamespaceType::Uts) {
         if let Some(h) = cfg.spec.hostname().as_deref() {
             nix::unistd::sethostname(h).map_err(|e| format!("sethostname {h:?}: {e}"))?;
@@ -174,6 +182,15 @@ pub(crate) fn expect(chan: &Channel, want: Msg) -> Step {
         Some(Msg::Error(e)) => Err(e),
         Some(other) => Err(format!("unexpected message from runtime: {other:?} (wanted {want:?})")),
     }
+}
+
+/// The sandbox layer asks, by annotation, for `lo` to be up in a new
+/// network namespace (runc leaves it down, and so does tinyrun otherwise).
+fn wants_loopback(spec: &Spec) -> bool {
+    spec.annotations()
+        .as_ref()
+        .and_then(|a| a.get(crate::sandbox::LOOPBACK_ANNOTATION))
+        .is_some_and(|v| v == "up")
 }
 
 /// Makes `fds` our stdin, stdout and stderr (dup2 clears close-on-exec).

@@ -239,3 +239,30 @@ pub(crate) fn borrow_fd(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
     // SAFETY: callers pass fds they own and keep open while using the borrow.
     unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
 }
+
+/// Brings `lo` up in the calling process's network namespace.
+pub(crate) fn loopback_up() -> Result<(), SysError> {
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(|e| SysError::new("socket", "AF_INET for lo", e))?;
+    // SAFETY: ifreq is a plain C struct; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS fills ifr_flags of the ifreq we pass by pointer.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(SysError::new("ioctl SIOCGIFFLAGS", "lo", Errno::last()));
+    }
+    // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS just set.
+    unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    // SAFETY: SIOCSIFFLAGS reads the ifreq we pass by pointer.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(SysError::new("ioctl SIOCSIFFLAGS", "lo", Errno::last()));
+    }
+    Ok(())
+}

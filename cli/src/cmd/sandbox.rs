@@ -1,0 +1,88 @@
+use std::io::Write;
+use std::path::Path;
+
+use tinyrun::sandbox::{self, parse_duration, parse_size, Preset, SandboxOptions};
+
+use crate::args::{ListFormat, SandboxCommand, SandboxPoolCommand, SandboxSizeArgs};
+
+pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
+    match c {
+        SandboxCommand::Run(a) => {
+            let mut opts = options(&a.size)?;
+            opts.output_cap = parse_size(&a.output_cap)? as usize;
+            let res = if a.pool {
+                sandbox::run_pooled(root, &opts, &a.command, a.json)?
+            } else {
+                sandbox::run(root, &opts, &a.command, a.json)?
+            };
+            if a.json {
+                println!("{}", serde_json::to_string(&res)?);
+                return Ok(0);
+            }
+            Ok(u8::try_from(res.status()).unwrap_or(255))
+        }
+        SandboxCommand::Launch(a) => {
+            println!("{}", sandbox::launch(root, &options(a)?, "sbx")?);
+            Ok(0)
+        }
+        SandboxCommand::Exec(a) => Ok(u8::try_from(sandbox::exec(root, &a.id, &a.command, &a.env, false)?).unwrap_or(255)),
+        SandboxCommand::Shell(a) => Ok(u8::try_from(sandbox::shell(root, &a.id)?).unwrap_or(255)),
+        SandboxCommand::Terminate(a) => sandbox::terminate(root, &a.id).map(|_| 0).map_err(Into::into),
+        SandboxCommand::List(a) => {
+            let all = sandbox::list(root)?;
+            let mut out = std::io::stdout().lock();
+            match a.format {
+                ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
+                ListFormat::Table => {
+                    writeln!(out, "{:<24} {:<8} {:<8} CREATED", "ID", "PID", "STATUS")?;
+                    for s in all {
+                        writeln!(out, "{:<24} {:<8} {:<8} {}", s.id, s.pid, s.status, s.created)?;
+                    }
+                }
+            }
+            Ok(0)
+        }
+        SandboxCommand::Pool(SandboxPoolCommand::Fill(a)) => {
+            for id in sandbox::pool_fill(root, &options(&a.size)?, a.count)? {
+                println!("{id}");
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// A preset (default: the defaults) with any explicit size on top.
+fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
+    let mut o = match &a.preset {
+        Some(p) => SandboxOptions::preset(p.parse::<Preset>()?),
+        None => SandboxOptions::default(),
+    };
+    if let Some(m) = &a.memory {
+        o.memory = parse_size(m)?;
+    }
+    if let Some(c) = a.cpus {
+        anyhow::ensure!(c > 0.0 && c.is_finite(), "invalid --cpus {c}: must be above 0");
+        o.cpus = c;
+    }
+    if let Some(p) = a.pids {
+        anyhow::ensure!(p > 0, "invalid --pids {p}: must be above 0");
+        o.pids = p;
+    }
+    if let Some(t) = &a.timeout {
+        o.timeout = parse_duration(t)?;
+    }
+    if let Some(t) = &a.tmpfs_size {
+        o.tmpfs_size = parse_size(t)?;
+    }
+    o.rootfs = a.rootfs.as_deref().map(super::absolute);
+    o.bundle = a.bundle.as_deref().map(super::absolute);
+    o.env = a.env.clone();
+    o.loopback = match a.network.as_str() {
+        "loopback" => true,
+        "none" => false,
+        n => anyhow::bail!("invalid --network {n:?}: loopback or none"),
+    };
+    o.writable_root = a.writable_root;
+    o.no_seccomp = a.no_seccomp;
+    Ok(o)
+}

@@ -1,0 +1,171 @@
+//! Sizes, presets and the options a sandbox is made from.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Result, RuntimeError};
+
+/// Size presets: each step roughly doubles the one before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// 128 MiB, a quarter of a core, 32 pids, 5 s.
+    Nano,
+    /// 256 MiB, half a core, 64 pids, 10 s.
+    Micro,
+    /// 512 MiB, one core, 128 pids, 30 s.
+    Small,
+    /// 1 GiB, two cores, 256 pids, 60 s.
+    Medium,
+    /// 2 GiB, four cores, 512 pids, 120 s.
+    Large,
+}
+
+impl std::str::FromStr for Preset {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Preset> {
+        Ok(match s {
+            "nano" => Preset::Nano,
+            "micro" => Preset::Micro,
+            "small" => Preset::Small,
+            "medium" => Preset::Medium,
+            "large" => Preset::Large,
+            _ => return Err(RuntimeError::InvalidArgument(format!("unknown sandbox type {s:?} (nano|micro|small|medium|large)"))),
+        })
+    }
+}
+
+/// Everything a sandbox is made from.
+#[derive(Debug, Clone)]
+pub struct SandboxOptions {
+    /// Memory limit in bytes (swap is not allowed on top).
+    pub memory: u64,
+    /// CPU limit in cores (a CFS quota).
+    pub cpus: f64,
+    /// Most processes at once.
+    pub pids: i64,
+    /// Wall-clock limit; the whole process tree is killed when it passes.
+    pub timeout: Duration,
+    /// Size of each tmpfs (/tmp and /work).
+    pub tmpfs_size: u64,
+    /// A root filesystem to use instead of the host's directories.
+    pub rootfs: Option<PathBuf>,
+    /// An OCI bundle whose config is hardened and used instead.
+    pub bundle: Option<PathBuf>,
+    /// Give the box a network namespace of its own with loopback up (the
+    /// default); false shares nothing either way, it only skips `lo`.
+    pub loopback: bool,
+    /// Extra `NAME=VALUE` variables.
+    pub env: Vec<String>,
+    /// Keep the root writable (an explicit loosening).
+    pub writable_root: bool,
+    /// Run without the seccomp allowlist (an explicit loosening).
+    pub no_seccomp: bool,
+    /// Most bytes of stdout and of stderr kept for `--json`.
+    pub output_cap: usize,
+}
+
+impl Default for SandboxOptions {
+    /// With no preset: 256 MiB, half a core, 64 pids, a 10 s timeout.
+    fn default() -> SandboxOptions {
+        SandboxOptions::preset(Preset::Micro)
+    }
+}
+
+impl SandboxOptions {
+    /// The sizes of `p`, everything else at its hardened default.
+    pub fn preset(p: Preset) -> SandboxOptions {
+        let (mib, cpus, pids, secs) = match p {
+            Preset::Nano => (128, 0.25, 32, 5),
+            Preset::Micro => (256, 0.5, 64, 10),
+            Preset::Small => (512, 1.0, 128, 30),
+            Preset::Medium => (1024, 2.0, 256, 60),
+            Preset::Large => (2048, 4.0, 512, 120),
+        };
+        SandboxOptions {
+            memory: mib << 20,
+            cpus,
+            pids,
+            timeout: Duration::from_secs(secs),
+            tmpfs_size: (mib << 20) / 4,
+            rootfs: None,
+            bundle: None,
+            loopback: true,
+            env: Vec::new(),
+            writable_root: false,
+            no_seccomp: false,
+            output_cap: 1 << 20,
+        }
+    }
+}
+
+/// `256M`, `1G`, `512k`, `1024` (bytes); binary multiples, as docker reads them.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let bad = || RuntimeError::InvalidArgument(format!("invalid size {s:?}: use a number with an optional k/M/G suffix"));
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = t[i..].to_ascii_lowercase();
+            let m: u64 = match unit.trim_end_matches("ib").trim_end_matches('b') {
+                "" => 1,
+                "k" => 1 << 10,
+                "m" => 1 << 20,
+                "g" => 1 << 30,
+                "t" => 1 << 40,
+                _ => return Err(bad()),
+            };
+            (&t[..i], m)
+        }
+        None => (t, 1),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !n.is_finite() || n <= 0.0 {
+        return Err(bad());
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// `10s`, `500ms`, `2m`, `1h30m`; a bare number means seconds.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    if let Ok(secs) = s.trim().parse::<f64>() {
+        if secs.is_finite() && secs > 0.0 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_duration(s.trim())
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| RuntimeError::InvalidArgument(format!("invalid duration {s:?}: use e.g. 10s, 500ms, 2m")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_suffixes() {
+        assert_eq!(parse_size("256M").unwrap(), 256 << 20);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("512k").unwrap(), 512 << 10);
+        assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("12X").is_err() && parse_size("-1M").is_err() && parse_size("").is_err());
+    }
+
+    #[test]
+    fn durations_take_units() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("0s").is_err() && parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn presets_double_and_default_is_micro() {
+        let n = SandboxOptions::preset(Preset::Nano);
+        let s = SandboxOptions::preset(Preset::Small);
+        assert_eq!(n.memory, 128 << 20);
+        assert_eq!(s.memory, 4 * n.memory);
+        let d = SandboxOptions::default();
+        assert_eq!((d.memory, d.cpus, d.pids, d.timeout), (256 << 20, 0.5, 64, Duration::from_secs(10)));
+    }
+}

@@ -1,0 +1,77 @@
+//! A pool of idle sandboxes: `pool fill` makes them ahead of time, and
+//! `run --pool` takes one, so the caller skips the start-up.
+
+use std::path::Path;
+
+use super::options::SandboxOptions;
+use super::run::launch;
+use crate::error::Result;
+
+/// Pool sandboxes' ids start with this, followed by the size key.
+const PREFIX: &str = "pool";
+
+/// A key for the sizes, so a run only takes a sandbox made to its measure.
+fn key(o: &SandboxOptions) -> String {
+    format!("{PREFIX}{}m{}c{}p", o.memory >> 20, (o.cpus * 100.0) as u64, o.pids)
+}
+
+/// Marks a pool sandbox as taken; created with O_EXCL, so only one caller
+/// ever gets a given sandbox.
+const CLAIM: &str = "claimed";
+
+fn idle(root: &Path, opts: &SandboxOptions) -> Result<Vec<String>> {
+    let k = format!("{}-", key(opts));
+    Ok(super::run::list(root)?
+        .into_iter()
+        .filter(|s| s.id.starts_with(&k) && s.status == crate::Status::Running)
+        .filter(|s| !root.join("sandbox").join(&s.id).join(CLAIM).exists())
+        .map(|s| s.id)
+        .collect())
+}
+
+/// Where `pool fill` remembers how many of a size to keep.
+fn target_file(root: &Path, opts: &SandboxOptions) -> std::path::PathBuf {
+    root.join("sandbox-pool").join(key(opts))
+}
+
+/// Makes idle sandboxes until `n` of this size are waiting, and remembers
+/// `n` for later refills.
+pub fn fill(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>> {
+    let target = target_file(root, opts);
+    if let Some(dir) = target.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| crate::RuntimeError::io("create", dir, e))?;
+    }
+    crate::state::write_atomic(&target, n.to_string().as_bytes(), 0o600)?;
+    top_up(root, opts, n)
+}
+
+fn top_up(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>> {
+    let have = idle(root, opts)?.len();
+    let mut made = Vec::new();
+    for _ in have..n {
+        made.push(launch(root, opts, &key(opts))?);
+    }
+    Ok(made)
+}
+
+/// Claims one idle sandbox of this size, if there is one.
+pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
+    for id in idle(root, opts)? {
+        let marker = root.join("sandbox").join(&id).join(CLAIM);
+        if std::fs::OpenOptions::new().write(true).create_new(true).open(&marker).is_ok() {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
+
+/// Tops the pool back up in a detached child, so the caller that just used
+/// a sandbox doesn't wait for its replacement.
+pub(crate) fn refill_detached(root: &Path, opts: &SandboxOptions) {
+    if let Ok(crate::sys::Forked::Child) = crate::sys::clone_fork(0, None) {
+        let _ = nix::unistd::setsid();
+        let n = std::fs::read_to_string(target_file(root, opts)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(1);
+        let code = i32::from(top_up(root, opts, n).is_err());
+        crate::sys::exit_child(code);
+    }
+}
