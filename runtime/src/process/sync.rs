@@ -18,6 +18,9 @@
 //!                                           masked/readonly paths, pivot,
 //!                                           rlimits, user, caps, NNP,
 //!                                           look up args[0]
+//!                                   ◀────── SeccompFd + fd  (only with
+//!  hand the fd to listenerPath                  SCMP_ACT_NOTIFY, right after
+//!  SeccompDone ───────────────────────────▶     loading the filter)
 //!                                   ◀────── Ready
 //!  write state.json and --pid-file
 //!  Committed ─────────────────────────────▶ drop PDEATHSIG
@@ -30,9 +33,13 @@
 //! Messages are JSON, one per `SOCK_SEQPACKET` datagram, so framing is the
 //! kernel's job. Both ends are close-on-exec.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use nix::sys::socket::{recv, send, socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
+use nix::sys::socket::{
+    recv, recvmsg, send, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SysError;
@@ -61,6 +68,11 @@ pub(crate) enum Msg {
     Detached,
     /// Either way: what failed. The sender gives up after sending it.
     Error(String),
+    /// Init → runtime: the seccomp notification fd follows, alone in the
+    /// next datagram (read it with [`Channel::recv_fd`]).
+    SeccompFd,
+    /// Runtime → init: the seccomp agent has the fd.
+    SeccompDone,
 }
 
 /// One end of the conversation.
@@ -106,6 +118,44 @@ impl Channel {
     }
 }
 
+impl Channel {
+    /// Sends `fd` as the only `SCM_RIGHTS` fd of a datagram of its own.
+    pub(crate) fn send_fd(&self, fd: BorrowedFd<'_>) -> Result<(), SysError> {
+        let fds = [fd.as_raw_fd()];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        loop {
+            match sendmsg::<()>(self.fd.as_raw_fd(), &[IoSlice::new(b"fd")], &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(SysError::bare("send fd over sync socket", e)),
+                Ok(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// Receives the fd sent by [`Channel::send_fd`] (close-on-exec).
+    pub(crate) fn recv_fd(&self) -> Result<OwnedFd, SysError> {
+        let mut buf = [0u8; 16];
+        let mut space = nix::cmsg_space!([RawFd; 1]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = loop {
+            match recvmsg::<()>(self.fd.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(SysError::bare("receive fd over sync socket", e)),
+                Ok(m) => break m,
+            }
+        };
+        let fds = msg.cmsgs().map_err(|e| SysError::bare("receive fd over sync socket", e))?;
+        for c in fds {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                if let [fd] = fds[..] {
+                    return Ok(crate::sys::own_received_fd(fd));
+                }
+            }
+        }
+        Err(SysError::bare("receive fd over sync socket: no fd in the message", nix::errno::Errno::EBADMSG))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,5 +169,21 @@ mod tests {
         assert_eq!(b.recv().unwrap(), Some(Msg::Error("boom: EPERM".into())));
         drop(a);
         assert_eq!(b.recv().unwrap(), None);
+    }
+
+    #[test]
+    fn an_fd_crosses_after_its_announcement() {
+        use std::os::fd::AsFd;
+        let (a, b) = pair().unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        a.send(&Msg::SeccompFd).unwrap();
+        a.send_fd(w.as_fd()).unwrap();
+        drop(w);
+        assert_eq!(b.recv().unwrap(), Some(Msg::SeccompFd));
+        let got = b.recv_fd().unwrap();
+        nix::unistd::write(&got, b"ok").unwrap();
+        let mut buf = [0u8; 2];
+        nix::unistd::read(r.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(&buf, b"ok");
     }
 }
