@@ -265,5 +265,6 @@ fn init_config<'a>(
         console: None,
         stdio: opts.stdio,
         console_size: process.console_size().map(|b| (b.height() as u16, b.width() as u16)),
+        seccomp: crate::seccomp::Filter::from_spec(spec)?,
     })
 }

@@ -13,8 +13,10 @@
 //!  4. rootfs: propagation, mounts in order, /dev
 //!  5. prestart + createRuntime hooks (in the runtime), createContainer hooks
 //!  6. sysctl, readonlyPaths, maskedPaths, pivot_root, read-only root
-//!  7. rlimits, cwd, user + capabilities, cwd check, no_new_privs
-//!  8. look up args[0]; mark every other fd close-on-exec; Ready
+//!  7. rlimits, cwd, seccomp (no_new_privs false: while CAP_SYS_ADMIN is
+//!     held), user + capabilities, cwd check, no_new_privs
+//!  8. look up args[0]; mark every other fd close-on-exec; seccomp
+//!     (no_new_privs true: as late as possible); Ready
 //!  9. wait on start.sock; startContainer hooks; execve
 
 use std::ffi::CString;
@@ -65,6 +67,8 @@ pub(crate) struct InitConfig<'a> {
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
     /// `process.consoleSize` as (rows, columns).
     pub console_size: Option<(u16, u16)>,
+    /// `linux.seccomp`, compiled.
+    pub seccomp: Option<crate::seccomp::Filter>,
 }
 
 /// Child entry point. Never returns.
@@ -153,6 +157,9 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     // chdir before dropping privileges (the directory may be closed to the
     // user), and check afterwards that it is inside the new root.
     nix::unistd::chdir(&cfg.cwd).map_err(|e| format!("process.cwd: chdir {}: {e}", cfg.cwd.display()))?;
+    if !cfg.no_new_privs {
+        load_seccomp(cfg, chan)?;
+    }
     user::switch(&cfg.ids, &cfg.caps, user::setgroups_allowed())?;
     verify_cwd()?;
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(cfg.umask));
@@ -165,6 +172,9 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     refuse_runtime_binary(&exe)?;
     let env: Vec<CString> = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
     sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
+    if cfg.no_new_privs {
+        load_seccomp(cfg, chan)?;
+    }
 
     chan.send(&Msg::Ready).map_err(|e| e.to_string())?;
     expect(chan, Msg::Committed)?;
@@ -201,6 +211,18 @@ pub(crate) fn take_stdio(fds: [std::os::fd::RawFd; 3]) -> Step {
         }
     }
     Ok(())
+}
+
+/// Installs the seccomp filter; with SCMP_ACT_NOTIFY, hands the listener fd
+/// to the runtime and waits until the agent has it. See [`crate::seccomp`]
+/// for the syscalls init still makes afterwards.
+fn load_seccomp(cfg: &InitConfig, chan: &Channel) -> Step {
+    let Some(filter) = &cfg.seccomp else { return Ok(()) };
+    let Some(fd) = filter.load().map_err(|e| format!("linux.seccomp: {e}"))? else { return Ok(()) };
+    chan.send(&Msg::SeccompFd).map_err(|e| e.to_string())?;
+    chan.send_fd(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| e.to_string())?;
+    drop(fd);
+    expect(chan, Msg::SeccompDone)
 }
 
 /// In a user namespace made by clone: take uid/gid 0 of it, now that the

@@ -100,6 +100,11 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
                     }
                     ours.send(&Msg::HooksDone(init_pid.as_raw()))?;
                 }
+                Some(Msg::SeccompFd) => {
+                    let fd = ours.recv_fd()?;
+                    seccomp_agent(cfg, init_pid, &fd)?;
+                    ours.send(&Msg::SeccompDone)?;
+                }
                 Some(Msg::Ready) => return Ok(()),
                 Some(Msg::Error(e)) => return Err(RuntimeError::Init(e)),
                 Some(m) => return Err(RuntimeError::Init(format!("unexpected message {m:?}"))),
@@ -117,6 +122,17 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
             Err(e)
         }
     }
+}
+
+/// Hands init's seccomp notification fd to the agent at `listenerPath`,
+/// with the state of the container being created.
+fn seccomp_agent(cfg: &InitConfig, pid: Pid, fd: &std::os::fd::OwnedFd) -> Result<()> {
+    let Some(listener) = cfg.seccomp.as_ref().and_then(|f| f.listener()) else {
+        return Err(RuntimeError::Init("sent a seccomp fd, but no listenerPath is configured".into()));
+    };
+    let state = init::state_json(cfg, pid.as_raw(), "creating");
+    let payload = crate::seccomp::notify::process_state(listener, pid.as_raw(), &state)?;
+    crate::seccomp::notify::send(listener, std::os::fd::AsFd::as_fd(fd), &payload)
 }
 
 fn died(pid: Pid) -> String {

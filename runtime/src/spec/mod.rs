@@ -34,8 +34,10 @@ pub fn load(bundle: &Path) -> Result<Bundle> {
     let dir = std::fs::canonicalize(bundle).map_err(|e| RuntimeError::io("open bundle", bundle, e))?;
     let config = dir.join("config.json");
     let bytes = std::fs::read(&config).map_err(|e| RuntimeError::io("read", &config, e))?;
-    let spec: Spec = serde_json::from_slice(&bytes)
-        .map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", config.display())))?;
+    let spec: Spec = serde_json::from_slice(&bytes).map_err(|e| {
+        let why = crate::seccomp::diagnose(&bytes).unwrap_or_else(|| e.to_string());
+        RuntimeError::InvalidSpec(format!("parse {}: {why}", config.display()))
+    })?;
     let root = spec
         .root()
         .as_ref()

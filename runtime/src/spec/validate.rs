@@ -18,6 +18,7 @@ pub(crate) fn validate(spec: &Spec) -> Result<()> {
     check_sysctl(spec)?;
     check_hooks(spec)?;
     check_resources(spec)?;
+    check_security(spec)?;
     check_unsupported(spec)?;
     Ok(())
 }
@@ -164,6 +165,15 @@ fn check_hooks(spec: &Spec) -> Result<()> {
     Ok(())
 }
 
+/// The seccomp profile's structure (it is compiled later, still before
+/// anything is made).
+fn check_security(spec: &Spec) -> Result<()> {
+    if let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
+        crate::seccomp::check(s)?;
+    }
+    Ok(())
+}
+
 /// Fields that parse but that this build does not implement. Silently
 /// ignoring any of them would weaken the box the caller asked for.
 fn check_unsupported(spec: &Spec) -> Result<()> {
@@ -189,9 +199,6 @@ fn check_unsupported(spec: &Spec) -> Result<()> {
         }
     }
     if let Some(l) = spec.linux() {
-        if l.seccomp().is_some() {
-            return unsupported("linux.seccomp");
-        }
         if l.intel_rdt().is_some() {
             return unsupported("linux.intelRdt");
         }

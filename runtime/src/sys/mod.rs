@@ -7,6 +7,7 @@
 
 pub(crate) mod fs;
 pub(crate) mod mount;
+pub(crate) mod seccomp;
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

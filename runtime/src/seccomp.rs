@@ -1,1 +1,0 @@
-//! Seccomp filters from `linux.seccomp`, through libseccomp (to be written).

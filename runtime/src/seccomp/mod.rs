@@ -1,0 +1,250 @@
+//! Seccomp filters from `linux.seccomp` (runtime-spec `config-linux.md`
+//! "Seccomp"), compiled with libseccomp.
+//!
+//! Two processes take part:
+//! - the **runtime** checks the profile and compiles it to a BPF program
+//!   ([`Filter::compile`]) before cloning init, so a bad profile is a
+//!   `create` error that names the field, and all the allocation and library
+//!   work happens before the fork;
+//! - **init** installs the program with one `seccomp(2)` call
+//!   ([`Filter::load`]); with `SCMP_ACT_NOTIFY` it gets the notification fd
+//!   back and passes it to the runtime, which hands it to the agent at
+//!   `listenerPath` ([`notify`]).
+//!
+//! Rules, as runc applies them: `SCMP_ACT_KILL` is `KILL_THREAD`; `errnoRet`
+//! defaults to EPERM for ERRNO and TRACE; a rule whose action equals the
+//! default action is dropped; a syscall name libseccomp can't resolve for
+//! the native architecture is skipped (an older kernel or library simply
+//! doesn't have it); conditions on distinct arguments are ANDed in one rule,
+//! and several conditions on the *same* argument become separate rules (OR).
+//! When `flags` is absent, `SECCOMP_FILTER_FLAG_SPEC_ALLOW` is used if the
+//! kernel has it; `SECCOMP_FILTER_FLAG_TSYNC` is accepted and has nothing to
+//! do (init is single-threaded). Where the spec says MUST, tinyrun is
+//! stricter than runc: an `errnoRet` on an action without an errno, empty
+//! `names`, and `listenerMetadata` without `listenerPath` are errors.
+//!
+//! Where init loads the filter (runc's order): with `noNewPrivileges` false,
+//! just before the user and capability switch, while it still holds
+//! CAP_SYS_ADMIN (needed to install a filter without no_new_privs); with it
+//! true, as late as possible: after PATH lookup and marking fds
+//! close-on-exec, right before reporting Ready. A profile must therefore
+//! also allow what init itself still does afterwards: `sendto`, `recvfrom`,
+//! `prctl`, `accept4`, `read`, `close`, `rt_sigaction`, `rt_sigprocmask`,
+//! `execve`, `exit_group` (and `write` on a late error); plus, with NNP
+//! false, the user switch (`capget`, `capset`, `setgroups`, `setresgid`,
+//! `setresuid`), `getcwd`, `umask`, `openat`, `newfstatat`/`statx`,
+//! `access`/`faccessat`, `close_range`; and whatever startContainer hooks
+//! run. `SCMP_ACT_NOTIFY` is refused as the default action and for `sendto`
+//! and `sendmsg`, the calls init needs to hand the notification fd over
+//! (runc refuses it for `write`, for the same reason).
+
+mod compile;
+pub(crate) mod notify;
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use libseccomp::{ScmpAction, ScmpArch, ScmpFilterContext};
+use oci_spec::runtime::{LinuxSeccomp, LinuxSeccompAction, LinuxSeccompFilterFlag, Spec};
+
+use crate::error::{Result, RuntimeError, SysError};
+
+pub(crate) use compile::check;
+
+/// Actions tinyrun recognises in `defaultAction` and `syscalls[].action`.
+pub(crate) const ACTIONS: &[&str] = &[
+    "SCMP_ACT_ALLOW",
+    "SCMP_ACT_ERRNO",
+    "SCMP_ACT_KILL",
+    "SCMP_ACT_KILL_PROCESS",
+    "SCMP_ACT_KILL_THREAD",
+    "SCMP_ACT_LOG",
+    "SCMP_ACT_NOTIFY",
+    "SCMP_ACT_TRACE",
+    "SCMP_ACT_TRAP",
+];
+
+/// Operators tinyrun recognises in `syscalls[].args[].op`.
+pub(crate) const OPERATORS: &[&str] = &[
+    "SCMP_CMP_EQ",
+    "SCMP_CMP_GE",
+    "SCMP_CMP_GT",
+    "SCMP_CMP_LE",
+    "SCMP_CMP_LT",
+    "SCMP_CMP_MASKED_EQ",
+    "SCMP_CMP_NE",
+];
+
+/// Filter flags tinyrun recognises in `flags`.
+pub(crate) const KNOWN_FLAGS: &[&str] = &[
+    "SECCOMP_FILTER_FLAG_TSYNC",
+    "SECCOMP_FILTER_FLAG_SPEC_ALLOW",
+    "SECCOMP_FILTER_FLAG_LOG",
+    "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV",
+];
+
+/// The architectures config.json can name, with libseccomp's token. Which
+/// of them work depends on the libseccomp linked in ([`archs`]).
+const ARCHS: &[(&str, ScmpArch)] = &[
+    ("SCMP_ARCH_AARCH64", ScmpArch::Aarch64),
+    ("SCMP_ARCH_ARM", ScmpArch::Arm),
+    ("SCMP_ARCH_LOONGARCH64", ScmpArch::Loongarch64),
+    ("SCMP_ARCH_M68K", ScmpArch::M68k),
+    ("SCMP_ARCH_MIPS", ScmpArch::Mips),
+    ("SCMP_ARCH_MIPS64", ScmpArch::Mips64),
+    ("SCMP_ARCH_MIPS64N32", ScmpArch::Mips64N32),
+    ("SCMP_ARCH_MIPSEL", ScmpArch::Mipsel),
+    ("SCMP_ARCH_MIPSEL64", ScmpArch::Mipsel64),
+    ("SCMP_ARCH_MIPSEL64N32", ScmpArch::Mipsel64N32),
+    ("SCMP_ARCH_PARISC", ScmpArch::Parisc),
+    ("SCMP_ARCH_PARISC64", ScmpArch::Parisc64),
+    ("SCMP_ARCH_PPC", ScmpArch::Ppc),
+    ("SCMP_ARCH_PPC64", ScmpArch::Ppc64),
+    ("SCMP_ARCH_PPC64LE", ScmpArch::Ppc64Le),
+    ("SCMP_ARCH_RISCV64", ScmpArch::Riscv64),
+    ("SCMP_ARCH_S390", ScmpArch::S390),
+    ("SCMP_ARCH_S390X", ScmpArch::S390X),
+    ("SCMP_ARCH_SH", ScmpArch::Sh),
+    ("SCMP_ARCH_SHEB", ScmpArch::Sheb),
+    ("SCMP_ARCH_X32", ScmpArch::X32),
+    ("SCMP_ARCH_X86", ScmpArch::X86),
+    ("SCMP_ARCH_X86_64", ScmpArch::X8664),
+];
+
+/// Where the runtime sends the notification fd (`listenerPath`).
+#[derive(Debug, Clone)]
+pub(crate) struct Listener {
+    pub path: PathBuf,
+    pub metadata: Option<String>,
+}
+
+/// A compiled filter: the BPF program and the `seccomp(2)` flags to
+/// install it with.
+pub(crate) struct Filter {
+    program: Vec<libc::sock_filter>,
+    flags: u32,
+    listener: Option<Listener>,
+}
+
+impl Filter {
+    /// Checks and compiles `linux.seccomp`. Runs in the runtime process.
+    pub(crate) fn compile(s: &LinuxSeccomp) -> Result<Filter> {
+        compile::compile(s)
+    }
+
+    /// The filter for a config, if it has `linux.seccomp`.
+    pub(crate) fn from_spec(spec: &Spec) -> Result<Option<Filter>> {
+        spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()).map(Filter::compile).transpose()
+    }
+
+    /// Installs the filter on the calling thread; returns the notification
+    /// fd when the profile uses `SCMP_ACT_NOTIFY`. Runs in init.
+    ///
+    /// # Preconditions
+    /// no_new_privs is set, or the caller holds CAP_SYS_ADMIN in its user
+    /// namespace.
+    pub(crate) fn load(&self) -> Result<Option<OwnedFd>, SysError> {
+        crate::sys::seccomp::set_filter(&self.program, self.flags)
+    }
+
+    /// The agent to hand the notification fd to (set iff the profile uses
+    /// `SCMP_ACT_NOTIFY`).
+    pub(crate) fn listener(&self) -> Option<&Listener> {
+        self.listener.as_ref()
+    }
+
+    /// The `seccomp(2)` flags the filter is installed with.
+    #[cfg(test)]
+    pub(crate) fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// Number of BPF instructions.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.program.len()
+    }
+}
+
+/// The version of the libseccomp linked in, e.g. `2.5.4`.
+pub fn libseccomp_version() -> Option<String> {
+    libseccomp::ScmpVersion::current().ok().map(|v| format!("{}.{}.{}", v.major, v.minor, v.micro))
+}
+
+/// The architecture names tinyrun accepts, limited to those the linked
+/// libseccomp knows. (Whether one can join a filter for this host is
+/// another matter: libseccomp refuses to mix byte orders.)
+pub(crate) fn archs() -> Vec<&'static str> {
+    let known = |a: ScmpArch| {
+        let Ok(mut ctx) = ScmpFilterContext::new(ScmpAction::Allow) else { return false };
+        ctx.remove_arch(ScmpArch::native()).is_ok() && ctx.add_arch(a).is_ok()
+    };
+    ARCHS.iter().filter(|(_, a)| known(*a)).map(|(n, _)| *n).collect()
+}
+
+/// The [`KNOWN_FLAGS`] this kernel accepts (TSYNC always: it has nothing to
+/// do for a single-threaded init).
+pub(crate) fn supported_flags() -> Vec<&'static str> {
+    KNOWN_FLAGS.iter().copied().filter(|f| compile::flag_bits(f).is_some_and(flag_supported)).collect()
+}
+
+fn flag_supported(bits: u32) -> bool {
+    bits == 0 || crate::sys::seccomp::flags_supported(bits)
+}
+
+/// A better message than serde's for an unknown action, operator,
+/// architecture or flag: the field that holds it and what is accepted.
+/// `config` is the raw config.json that failed to parse.
+pub(crate) fn diagnose(config: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(config).ok()?;
+    let s = v.get("linux")?.get("seccomp")?;
+    let bad = |field: String, what: &str, value: &serde_json::Value, known: &[&str]| -> Option<String> {
+        let name = value.as_str()?;
+        (!known.contains(&name)).then(|| format!("{field}: unknown seccomp {what} {name:?} (known: {})", known.join(", ")))
+    };
+    let archs: Vec<&str> = ARCHS.iter().map(|(n, _)| *n).collect();
+    let list = |key: &str| s.get(key).and_then(|x| x.as_array()).cloned().unwrap_or_default();
+    if let Some(m) = s.get("defaultAction").and_then(|a| bad("linux.seccomp.defaultAction".into(), "action", a, ACTIONS)) {
+        return Some(m);
+    }
+    for (i, a) in list("architectures").iter().enumerate() {
+        if let Some(m) = bad(format!("linux.seccomp.architectures[{i}]"), "architecture", a, &archs) {
+            return Some(m);
+        }
+    }
+    for (i, f) in list("flags").iter().enumerate() {
+        if let Some(m) = bad(format!("linux.seccomp.flags[{i}]"), "flag", f, KNOWN_FLAGS) {
+            return Some(m);
+        }
+    }
+    for (i, call) in list("syscalls").iter().enumerate() {
+        if let Some(m) = call.get("action").and_then(|a| bad(format!("linux.seccomp.syscalls[{i}].action"), "action", a, ACTIONS)) {
+            return Some(m);
+        }
+        let args = call.get("args").and_then(|x| x.as_array()).cloned().unwrap_or_default();
+        for (j, arg) in args.iter().enumerate() {
+            let field = format!("linux.seccomp.syscalls[{i}].args[{j}].op");
+            if let Some(m) = arg.get("op").and_then(|o| bad(field, "operator", o, OPERATORS)) {
+                return Some(m);
+            }
+        }
+    }
+    None
+}
+
+/// The spec's name for an action, e.g. `SCMP_ACT_ERRNO`.
+fn action_name(a: LinuxSeccompAction) -> String {
+    serde_json::to_value(a).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| format!("{a:?}"))
+}
+
+/// The spec's name for a flag, e.g. `SECCOMP_FILTER_FLAG_LOG`.
+fn flag_name(f: LinuxSeccompFilterFlag) -> String {
+    serde_json::to_value(f).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| format!("{f:?}"))
+}
+
+fn invalid(field: impl std::fmt::Display, why: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::InvalidSpec(format!("{field}: {why}"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+//! Conversion checks (no kernel involved) and filters loaded for real in a
+//! forked child, which sets no_new_privs first so no privilege is needed.
+
+use std::os::fd::AsFd;
+
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitStatus};
+use oci_spec::runtime::LinuxSeccomp;
+use serde_json::json;
+
+use super::*;
+use crate::process::sync::{self, Msg};
+use crate::sys::{self, Forked};
+
+fn profile(v: serde_json::Value) -> LinuxSeccomp {
+    serde_json::from_value(v).unwrap()
+}
+
+fn err(v: serde_json::Value) -> String {
+    match Filter::compile(&profile(v)) {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// `kill(pid, sig)`; returns the errno or 0. Pids above the kernel's
+/// `pid_max` (at most 2^22) never exist, so a call that gets past the
+/// filter fails ESRCH.
+fn kill(pid: i32, sig: Option<Signal>) -> i32 {
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig) {
+        Ok(()) => 0,
+        Err(e) => e as i32,
+    }
+}
+
+fn errno_of<T>(r: nix::Result<T>) -> i32 {
+    r.map_or_else(|e| e as i32, |_| 0)
+}
+
+/// Forks; the child sets no_new_privs, loads `f`, runs `body` and exits
+/// with its result. Returns how the child ended.
+///
+/// A real fork(2): the test harness is multi-threaded, and glibc's fork
+/// handlers keep malloc usable in the child.
+fn in_child(f: &Filter, body: impl FnOnce(Option<std::os::fd::OwnedFd>) -> i32) -> WaitStatus {
+    match sys::seccomp::fork_for_test().unwrap() {
+        Forked::Child => {
+            if nix::sys::prctl::set_no_new_privs().is_err() {
+                sys::exit_child(100);
+            }
+            let fd = match f.load() {
+                Ok(fd) => fd,
+                Err(_) => sys::exit_child(101),
+            };
+            sys::exit_child(body(fd))
+        }
+        Forked::Parent(pid) => waitpid(pid, None).unwrap(),
+    }
+}
+
+const NO_PID: i32 = 0x7fff_fff0;
+
+#[test]
+fn a_rule_set_compiles_to_bpf() {
+    let f = Filter::compile(&profile(json!({
+        "defaultAction": "SCMP_ACT_ERRNO",
+        "defaultErrnoRet": 38,
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "syscalls": [
+            {"names": ["read", "write", "exit_group", "no_such_syscall_xyz"], "action": "SCMP_ACT_ALLOW"},
+            {"names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [
+                {"index": 0, "value": 0, "op": "SCMP_CMP_EQ"},
+                {"index": 0, "value": 8, "op": "SCMP_CMP_EQ"}]},
+            {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [
+                {"index": 0, "value": 2114060288, "op": "SCMP_CMP_MASKED_EQ"}]},
+            {"names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": 97, "args": [
+                {"index": 0, "value": 2, "op": "SCMP_CMP_EQ"},
+                {"index": 1, "value": 3, "op": "SCMP_CMP_EQ"}]},
+            {"names": ["ptrace"], "action": "SCMP_ACT_KILL_PROCESS"},
+            {"names": ["uname"], "action": "SCMP_ACT_TRACE"},
+            {"names": ["mkdir"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}
+        ]
+    })))
+    .unwrap();
+    assert!(f.len() > 20, "a real program: {} instructions", f.len());
+    assert!(f.listener().is_none());
+}
+
+#[test]
+fn absent_flags_mean_spec_allow_and_empty_flags_mean_none() {
+    let spec_allow = libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW as u32;
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW"}))).unwrap();
+    let expected = if sys::seccomp::flags_supported(spec_allow) { spec_allow } else { 0 };
+    assert_eq!(f.flags(), expected);
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW", "flags": []}))).unwrap();
+    assert_eq!(f.flags(), 0);
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "flags": ["SECCOMP_FILTER_FLAG_LOG", "SECCOMP_FILTER_FLAG_TSYNC"]})))
+    .unwrap();
+    assert_eq!(f.flags(), libc::SECCOMP_FILTER_FLAG_LOG as u32);
+}
+
+#[test]
+fn errno_on_an_action_without_one_is_refused_by_field() {
+    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "defaultErrnoRet": 1}));
+    assert!(e.contains("linux.seccomp.defaultErrnoRet") && e.contains("SCMP_ACT_ALLOW"), "{e}");
+    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_KILL", "errnoRet": 1}]}));
+    assert!(e.contains("linux.seccomp.syscalls[0].errnoRet"), "{e}");
+    let e = err(json!({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 70000}));
+    assert!(e.contains("defaultErrnoRet"), "{e}");
+}
+
+#[test]
+fn malformed_rules_are_refused_by_field() {
+    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": [], "action": "SCMP_ACT_KILL"}]}));
+    assert!(e.contains("linux.seccomp.syscalls[0].names"), "{e}");
+    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+        {"names": ["read"], "action": "SCMP_ACT_KILL"},
+        {"names": ["read"], "action": "SCMP_ACT_KILL", "args": [{"index": 6, "value": 0, "op": "SCMP_CMP_EQ"}]}]}));
+    assert!(e.contains("linux.seccomp.syscalls[1].args[0].index"), "{e}");
+}
+
+#[test]
+fn notify_rules_need_a_listener_and_spare_the_handover() {
+    let e = err(json!({"defaultAction": "SCMP_ACT_NOTIFY", "listenerPath": "/run/agent.sock"}));
+    assert!(e.contains("linux.seccomp.defaultAction") && e.contains("SCMP_ACT_NOTIFY"), "{e}");
+    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]}));
+    assert!(e.contains("linux.seccomp.listenerPath"), "{e}");
+    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/agent.sock",
+        "syscalls": [{"names": ["mkdir", "sendmsg"], "action": "SCMP_ACT_NOTIFY"}]}));
+    assert!(e.contains("linux.seccomp.syscalls[0]") && e.contains("sendmsg"), "{e}");
+    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerMetadata": "x"}));
+    assert!(e.contains("linux.seccomp.listenerMetadata"), "{e}");
+    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"]}));
+    assert!(e.contains("linux.seccomp.flags"), "{e}");
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/agent.sock",
+        "listenerMetadata": "meta", "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]})))
+    .unwrap();
+    assert_eq!(f.listener().unwrap().metadata.as_deref(), Some("meta"));
+    assert_ne!(f.flags() & libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32, 0);
+}
+
+#[test]
+fn unknown_names_in_config_json_are_reported_by_field() {
+    let cfg = |s: serde_json::Value| serde_json::to_vec(&json!({"linux": {"seccomp": s}})).unwrap();
+    let m = diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_FOO"}))).unwrap();
+    assert!(m.contains("linux.seccomp.defaultAction") && m.contains("SCMP_ACT_FOO") && m.contains("SCMP_ACT_ERRNO"), "{m}");
+    let m = diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_LOG", "SECCOMP_FILTER_FLAG_BOGUS"]}))).unwrap();
+    assert!(m.starts_with("linux.seccomp.flags[1]") && m.contains("SECCOMP_FILTER_FLAG_BOGUS"), "{m}");
+    let m = diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_Z80"]}))).unwrap();
+    assert!(m.contains("linux.seccomp.architectures[0]"), "{m}");
+    let m = diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}, {"names": ["read"], "action": "SCMP_ACT_NOPE"}]}))).unwrap();
+    assert!(m.contains("linux.seccomp.syscalls[1].action"), "{m}");
+    let m = diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 1, "op": "SCMP_CMP_APPROX"}]}]}))).unwrap();
+    assert!(m.contains("linux.seccomp.syscalls[0].args[0].op"), "{m}");
+    assert_eq!(diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_ALLOW"}))), None);
+}
+
+#[test]
+fn features_lists_are_consistent() {
+    let archs = archs();
+    assert!(archs.contains(&"SCMP_ARCH_X86_64") && archs.contains(&"SCMP_ARCH_AARCH64"), "{archs:?}");
+    let supported = supported_flags();
+    assert!(supported.contains(&"SECCOMP_FILTER_FLAG_TSYNC"));
+    assert!(supported.iter().all(|f| KNOWN_FLAGS.contains(f)));
+    assert!(libseccomp_version().is_some_and(|v| v.starts_with("2.")));
+}
+
+#[test]
+fn errno_rule_and_errno_ret_seen_by_a_child() {
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+        {"names": ["getpgid"], "action": "SCMP_ACT_ERRNO"},
+        {"names": ["getsid"], "action": "SCMP_ACT_ERRNO", "errnoRet": 18}]})))
+    .unwrap();
+    let st = in_child(&f, |_| {
+        let pgid = errno_of(nix::unistd::getpgid(None));
+        let sid = errno_of(nix::unistd::getsid(None));
+        let me = kill(nix::unistd::getpid().as_raw(), None);
+        if pgid == libc::EPERM && sid == libc::EXDEV && me == 0 { 0 } else { 1 }
+    });
+    assert_eq!(st, WaitStatus::Exited(get_pid(&st), 0), "getpgid must fail EPERM, getsid EXDEV, kill pass");
+}
+
+#[test]
+fn argument_conditions_seen_by_a_child() {
+    // Conditions on distinct arguments are ANDed; MASKED_EQ masks with
+    // `value` and compares with `valueTwo`.
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+        {"names": ["kill"], "action": "SCMP_ACT_ERRNO", "errnoRet": 18, "args": [
+            {"index": 0, "value": 0xff00, "valueTwo": 0x3400, "op": "SCMP_CMP_MASKED_EQ"},
+            {"index": 1, "value": 0, "op": "SCMP_CMP_EQ"}]}]})))
+    .unwrap();
+    let st = in_child(&f, |_| {
+        let both = kill(0x7fff_3412, None); // (pid & 0xff00) == 0x3400 and sig == 0
+        let only_pid = kill(0x7fff_3412, Some(Signal::SIGCONT));
+        let only_sig = kill(NO_PID, None);
+        if both == libc::EXDEV && only_pid == libc::ESRCH && only_sig == libc::ESRCH { 0 } else { 1 }
+    });
+    assert_eq!(st, WaitStatus::Exited(get_pid(&st), 0));
+}
+
+#[test]
+fn kill_process_rule_kills_a_child_with_sigsys() {
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["getpgid"], "action": "SCMP_ACT_KILL_PROCESS"}]})))
+    .unwrap();
+    let st = in_child(&f, |_| errno_of(nix::unistd::getpgid(None)));
+    assert!(matches!(st, WaitStatus::Signaled(_, Signal::SIGSYS, _)), "{st:?}");
+}
+
+#[test]
+fn notify_fd_crosses_the_sync_channel_and_answers_for_the_child() {
+    use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/unused",
+        "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_NOTIFY"}]})))
+    .unwrap();
+    let (ours, theirs) = sync::pair().unwrap();
+    match sys::seccomp::fork_for_test().unwrap() {
+        Forked::Child => {
+            drop(ours);
+            if nix::sys::prctl::set_no_new_privs().is_err() {
+                sys::exit_child(100);
+            }
+            let Ok(Some(fd)) = f.load() else { sys::exit_child(101) };
+            if theirs.send(&Msg::SeccompFd).is_err() || theirs.send_fd(fd.as_fd()).is_err() {
+                sys::exit_child(102);
+            }
+            drop(fd);
+            // The agent (the parent) answers EXDEV.
+            sys::exit_child(if kill(NO_PID, None) == libc::EXDEV { 0 } else { 103 })
+        }
+        Forked::Parent(pid) => {
+            drop(theirs);
+            assert_eq!(ours.recv().unwrap(), Some(Msg::SeccompFd));
+            let fd = ours.recv_fd().unwrap();
+            let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+            let req = ScmpNotifReq::receive(raw).unwrap();
+            assert_eq!(req.pid, pid.as_raw() as u32);
+            assert_eq!(req.data.args[0] as i32, NO_PID);
+            ScmpNotifResp::new_error(req.id, -libc::EXDEV, ScmpNotifRespFlags::empty()).respond(raw).unwrap();
+            let st = waitpid(pid, None).unwrap();
+            assert_eq!(st, WaitStatus::Exited(pid, 0));
+        }
+    }
+}
+
+fn get_pid(st: &WaitStatus) -> nix::unistd::Pid {
+    st.pid().unwrap_or(nix::unistd::Pid::from_raw(0))
+}
