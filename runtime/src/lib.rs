@@ -12,6 +12,7 @@ mod error;
 pub mod features;
 mod hooks;
 mod lifecycle;
+mod lsm;
 mod namespaces;
 mod process;
 mod rlimits;

@@ -13,8 +13,9 @@
 //!  4. rootfs: propagation, mounts in order, /dev
 //!  5. prestart + createRuntime hooks (in the runtime), createContainer hooks
 //!  6. sysctl, readonlyPaths, maskedPaths, pivot_root, read-only root
-//!  7. rlimits, cwd, seccomp (no_new_privs false: while CAP_SYS_ADMIN is
-//!     held), user + capabilities, cwd check, no_new_privs
+//!  7. rlimits, cwd, AppArmor/SELinux exec labels, seccomp (no_new_privs
+//!     false: while CAP_SYS_ADMIN is held), user + capabilities, cwd check,
+//!     no_new_privs
 //!  8. look up args[0]; mark every other fd close-on-exec; seccomp
 //!     (no_new_privs true: as late as possible); Ready
 //!  9. wait on start.sock; startContainer hooks; execve
@@ -157,6 +158,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     // chdir before dropping privileges (the directory may be closed to the
     // user), and check afterwards that it is inside the new root.
     nix::unistd::chdir(&cfg.cwd).map_err(|e| format!("process.cwd: chdir {}: {e}", cfg.cwd.display()))?;
+    crate::lsm::apply(cfg.spec)?;
     if !cfg.no_new_privs {
         load_seccomp(cfg, chan)?;
     }

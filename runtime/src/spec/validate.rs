@@ -166,12 +166,12 @@ fn check_hooks(spec: &Spec) -> Result<()> {
 }
 
 /// The seccomp profile's structure (it is compiled later, still before
-/// anything is made).
+/// anything is made), and that the host has the LSMs the config names.
 fn check_security(spec: &Spec) -> Result<()> {
     if let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) {
         crate::seccomp::check(s)?;
     }
-    Ok(())
+    crate::lsm::check(spec)
 }
 
 /// Fields that parse but that this build does not implement. Silently
@@ -187,12 +187,6 @@ fn check_unsupported(spec: &Spec) -> Result<()> {
         }
         if p.exec_cpu_affinity().is_some() {
             return unsupported("process.execCPUAffinity");
-        }
-        if p.selinux_label().as_ref().is_some_and(|l| !l.is_empty()) {
-            return unsupported("process.selinuxLabel");
-        }
-        if p.apparmor_profile().as_ref().is_some_and(|l| !l.is_empty()) {
-            return unsupported("process.apparmorProfile");
         }
         if p.command_line().is_some() {
             return unsupported("process.commandLine");
@@ -210,9 +204,6 @@ fn check_unsupported(spec: &Spec) -> Result<()> {
         }
         if l.net_devices().as_ref().is_some_and(|d| !d.is_empty()) {
             return unsupported("linux.netDevices");
-        }
-        if l.mount_label().as_ref().is_some_and(|d| !d.is_empty()) {
-            return unsupported("linux.mountLabel");
         }
     }
     Ok(())
