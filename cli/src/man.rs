@@ -34,8 +34,9 @@ mod tests {
 
     /// Runc-style booleans (`--flag`, `--flag=false`) would list
     /// "Possible values: true, false" under every flag; drop that noise.
+    /// Also drops the generated `help` subcommands, which need no page.
     fn tidy(cmd: clap::Command) -> clap::Command {
-        let cmd = cmd.mut_args(|a| {
+        let cmd = cmd.disable_help_subcommand(true).mut_args(|a| {
             let takes_value = a.get_num_args().is_some_and(|n| n.takes_values());
             let values: Vec<String> = (a.get_value_parser().possible_values().into_iter().flatten())
                 .map(|v| v.get_name().to_string())
@@ -65,30 +66,40 @@ mod tests {
 
     /// File name → contents of every page.
     fn pages() -> BTreeMap<String, String> {
-        let mut top = tidy(Cli::command().disable_help_subcommand(true));
+        let mut top = tidy(Cli::command());
         top.build();
         let globals = global_flags(&top).join(", ");
         let mut out = BTreeMap::new();
-        let mut subs: Vec<String> = Vec::new();
-        for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {
-            let name = format!("tinyrun-{}", sub.get_name());
-            subs.push(format!("{name}({SECTION})"));
-            let mut extra = Roff::default();
-            extra.control("SH", ["GLOBAL OPTIONS"]);
-            extra.text([
-                roman("The global options of "),
-                bold("tinyrun"),
-                roman(format!("({SECTION}) ({globals}) go before the command name.")),
-            ]);
-            extra.control("SH", ["SEE ALSO"]);
-            extra.text([roman(format!("tinyrun({SECTION})"))]);
-            out.insert(format!("{name}.{SECTION}"), render(sub.clone(), extra));
-        }
+        let subs = sub_pages(&top, &globals, &mut out);
         let mut extra = Roff::default();
         extra.control("SH", ["SEE ALSO"]);
         extra.text([roman(format!("{}, runc(8), crun(1)", subs.join(", ")))]);
         out.insert(format!("tinyrun.{SECTION}"), render(top, extra));
         out
+    }
+
+    /// Adds a page for every subcommand of `cmd`, recursively (`tinyrun-sandbox-run.8`);
+    /// returns the direct ones' references, `tinyrun-create(8)`.
+    fn sub_pages(cmd: &clap::Command, globals: &str, out: &mut BTreeMap<String, String>) -> Vec<String> {
+        let parent = cmd.get_display_name().unwrap_or_else(|| cmd.get_name()).to_string();
+        let mut refs = Vec::new();
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = sub.get_display_name().unwrap_or_else(|| sub.get_name()).to_string();
+            refs.push(format!("{name}({SECTION})"));
+            let children = sub_pages(sub, globals, out);
+            let mut extra = Roff::default();
+            extra.control("SH", ["GLOBAL OPTIONS"]);
+            extra.text([
+                roman("The global options of "),
+                bold("tinyrun"),
+                roman(format!("({SECTION}) ({globals}) go right after tinyrun.")),
+            ]);
+            extra.control("SH", ["SEE ALSO"]);
+            let see: Vec<String> = std::iter::once(format!("{parent}({SECTION})")).chain(children).collect();
+            extra.text([roman(see.join(", "))]);
+            out.insert(format!("{name}.{SECTION}"), render(sub.clone(), extra));
+        }
+        refs
     }
 
     #[test]
