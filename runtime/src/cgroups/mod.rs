@@ -107,7 +107,13 @@ fn mounts() -> Vec<Mount> {
         let mut post = post.split(' ');
         let fstype = post.next().unwrap_or_default();
         let opts = post.nth(1).unwrap_or_default();
-        if !dir.starts_with(ROOT) || !(fstype == "cgroup" || fstype == "cgroup2") {
+        if !dir.starts_with(ROOT) {
+            continue;
+        }
+        // A later mount on the same point hides the earlier one (e.g. a
+        // tmpfs over the hybrid `unified` cgroup2 mount).
+        out.retain(|m: &Mount| m.dir != Path::new(dir));
+        if !(fstype == "cgroup" || fstype == "cgroup2") {
             continue;
         }
         let controllers = opts.split(',').filter(|o| LIBCGROUPS_V1.contains(o)).map(str::to_string).collect();
