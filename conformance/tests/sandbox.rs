@@ -6,8 +6,10 @@
 //! the tmpfs size cap enforced); not root on the host (uid 1000 inside, mapped to a non-zero host
 //! uid, no capabilities, no_new_privs); persistent sandboxes (launch, exec, list, terminate); the
 //! pool (fill, `run --pool`, refill); and a leak check over many runs (no mount, cgroup, state or
-//! bundle dir, process or netns left, and the caller's fd count unchanged). Plus what happens when
-//! the supervising `tinyrun sandbox run` itself is killed, and the seccomp allowlist being on.
+//! bundle dir, process or netns left, and the caller's fd count unchanged). Plus: the seccomp
+//! allowlist is on (every test runs with it; only the control of `seccomp_allowlist_is_on` passes
+//! --no-seccomp); sandboxes in one root do not wait for each other; what happens when the
+//! supervising `tinyrun sandbox run` is killed; `--rootfs`; and a `--root` under a 0700 dir.
 //!
 //! Every test prints one line `SANDBOX <name>: <what it saw>` (run with --nocapture) before it
 //! asserts, so the line is there even when the test fails.
@@ -36,12 +38,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tinyrun_conformance::{cmdline, kv, pid_alive, require_root, Out, Running, Runtime};
-
-// TODO(seccomp): remove "--no-seccomp" (make this `&[]`) once tinyrun implements linux.seccomp.
-// Until then every sandbox fails to start with the default allowlist profile ("unsupported
-// config field linux.seccomp: not implemented by tinyrun"), so each test loosens only that, and
-// `seccomp_allowlist_is_on` (which never passes it) fails, tracking the missing piece.
-const NO_SECCOMP: &[&str] = &["--no-seccomp"];
 
 /// Tests share the host's fd table and mount table with the leak check; it takes this lock for
 /// writing, everyone else for reading.
@@ -325,11 +321,9 @@ impl Sbx {
         o
     }
 
-    /// Size/hardening options every sandbox of a test gets: the seccomp TODO and the tag.
+    /// Options every sandbox of a test gets: the tag, so the harness finds its processes.
     fn common(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = NO_SECCOMP.to_vec();
-        v.extend(["-e", self.tag_env.as_str()]);
-        v
+        vec!["-e", self.tag_env.as_str()]
     }
 
     fn run_argv<'a>(&'a self, opts: &[&'a str], cmd: &[&'a str]) -> Vec<&'a str> {
@@ -1486,46 +1480,44 @@ fn leak_check_full() {
     leak_check_runs(1000);
 }
 
-/// The default seccomp allowlist is on: the sandboxed process shows `Seccomp: 2` (filter mode).
-/// Never passes `--no-seccomp`: this is the test that fails until tinyrun implements
-/// linux.seccomp (see NO_SECCOMP).
+/// The default seccomp allowlist (bundles/profiles/sandbox-seccomp.json) is on: the process
+/// shows `Seccomp: 2`, python runs under it, and calls the profile leaves out are refused
+/// (EPERM; clone3 ENOSYS so libc falls back to clone). Control: with `--no-seccomp` the same
+/// calls get past the filter (unshare(CLONE_NEWUSER), ptrace, io_uring_setup succeed), so the
+/// refusals are the filter's doing.
 #[test]
 fn seccomp_allowlist_is_on() {
     require_root!();
     let _g = shared();
     let sb = Sbx::new("sbx_seccomp");
-    let tag = sb.tag_env.clone();
-    let o = sb.rt.run(&[
-        "sandbox",
-        "run",
-        "-e",
-        &tag,
-        "--",
-        "sh",
-        "-c",
-        "grep -E '^Seccomp(_filters)?:' /proc/self/status",
-    ]);
-    sb.watch.borrow_mut().poll();
-    let py = sb.rt.run(&[
-        "sandbox",
-        "run",
-        "-e",
-        &tag,
-        "--",
-        "python3",
-        "-c",
-        "print(2 + 2)",
-    ]);
-    sb.watch.borrow_mut().poll();
+    let o = sb.run(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "grep -E '^Seccomp(_filters)?:' /proc/self/status",
+        ],
+    );
+    let py = sb.run(&[], &["python3", "-c", "print(2 + 2)"]);
+    let on = sb.run(&[], &["python3", "-c", SYSCALLS]);
+    let off = sb.run(&["--no-seccomp"], &["python3", "-c", SYSCALLS]);
+    let (on_kv, off_kv) = (on.kv(), off.kv());
+    let show = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     saw(
         "seccomp",
         format!(
-            "default (no --no-seccomp): exit {:?} stdout {:?} stderr {:?}; python3 print(2 + 2): exit {:?} {:?}",
+            "default: {:?} (exit {:?}); python3 print(2 + 2): {:?}; refused under the allowlist: {}; \
+             with --no-seccomp: {}",
+            o.stdout.trim().replace('\n', " ").replace('\t', " "),
             o.code(),
-            o.stdout.trim(),
-            o.stderr.trim(),
-            py.code(),
-            py.stdout.trim()
+            py.stdout.trim(),
+            show(&on_kv),
+            show(&off_kv),
         ),
     );
     assert!(
@@ -1541,8 +1533,62 @@ fn seccomp_allowlist_is_on() {
         py.ok() && py.stdout == "4\n",
         "python under the allowlist\n{py}"
     );
+    assert!(on.ok(), "{on}");
+    for k in [
+        "unshare_user",
+        "keyctl",
+        "ptrace_traceme",
+        "io_uring_setup",
+        "bpf",
+        "perf_event_open",
+        "af_netlink",
+        "af_packet",
+    ] {
+        assert_eq!(
+            on_kv.get(k).map(String::as_str),
+            Some("EPERM"),
+            "{k} under the allowlist\n{on}"
+        );
+    }
+    assert_eq!(
+        on_kv.get("clone3").map(String::as_str),
+        Some("ENOSYS"),
+        "clone3\n{on}"
+    );
+    assert!(off.ok(), "{off}");
+    for k in ["unshare_user", "ptrace_traceme", "io_uring_setup"] {
+        assert_eq!(
+            off_kv.get(k).map(String::as_str),
+            Some("ok"),
+            "control: {k} without the filter\n{off}"
+        );
+    }
     sb.assert_clean("seccomp runs");
 }
+
+/// Raw system calls (x86_64 numbers) the allowlist leaves out; prints `name=ok|ERRNO`.
+const SYSCALLS: &str = r#"
+import ctypes, errno, platform, socket
+libc = ctypes.CDLL(None, use_errno=True)
+assert platform.machine() == "x86_64", "syscall numbers below are x86_64's"
+def call(name, nr, *args):
+    r = libc.syscall(nr, *args)
+    e = ctypes.get_errno()
+    print(name + "=" + ("ok" if r >= 0 else errno.errorcode.get(e, str(e))))
+call("unshare_user", 272, 0x10000000)
+call("keyctl", 250, 0, 0, 0, 0, 0)
+call("ptrace_traceme", 101, 0, 0, 0, 0)
+call("io_uring_setup", 425, 1, ctypes.create_string_buffer(120))
+call("bpf", 321, 0, 0, 0)
+call("perf_event_open", 298, 0, 0, -1, -1, 0)
+call("clone3", 435, 0, 0)
+for name, fam, typ in (("af_packet", socket.AF_PACKET, socket.SOCK_RAW), ("af_netlink", socket.AF_NETLINK, socket.SOCK_RAW)):
+    try:
+        socket.socket(fam, typ, 0).close()
+        print(name + "=ok")
+    except OSError as e:
+        print(name + "=" + errno.errorcode.get(e.errno, str(e.errno)))
+"#;
 
 /// Processes in the cgroups of this test's sandboxes.
 fn box_procs(sb: &Sbx) -> Vec<i32> {
