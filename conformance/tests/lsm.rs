@@ -12,7 +12,8 @@ use tinyrun_conformance::{require_root, skip, Runtime};
 
 fn apparmor_on() -> bool {
     Path::new("/sys/kernel/security/apparmor").exists()
-        && std::fs::read("/sys/module/apparmor/parameters/enabled").is_ok_and(|b| b.first() == Some(&b'Y'))
+        && std::fs::read("/sys/module/apparmor/parameters/enabled")
+            .is_ok_and(|b| b.first() == Some(&b'Y'))
 }
 
 fn selinux_on() -> bool {
@@ -37,7 +38,9 @@ fn apparmor_profile_without_apparmor_fails() {
         skip!("AppArmor is enabled on this host");
     }
     let rt = Runtime::new("apparmor");
-    refused(&rt, "process.apparmorProfile", |c| c["process"]["apparmorProfile"] = "tinyrun-test".into());
+    refused(&rt, "process.apparmorProfile", |c| {
+        c["process"]["apparmorProfile"] = "tinyrun-test".into()
+    });
 }
 
 #[test]

@@ -173,6 +173,7 @@ impl Container {
         let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
         let mut cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
         cfg.stdio = opts.stdio;
+        cfg.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
 
         let mut old = SigSet::empty();
         if !opts.detach {
@@ -245,10 +246,17 @@ impl Container {
         let outcome = (|| -> Result<()> {
             self.join_exec_cgroup(pid, &opts.cgroups)?;
             ours.send(&Msg::Go)?;
-            match ours.recv()? {
-                None => Ok(()),
-                Some(Msg::Error(e)) => Err(RuntimeError::Exec(e)),
-                Some(m) => Err(RuntimeError::Exec(format!("unexpected message {m:?}"))),
+            loop {
+                match ours.recv()? {
+                    None => return Ok(()),
+                    Some(Msg::SeccompFd) => {
+                        let fd = ours.recv_fd()?;
+                        self.seccomp_agent(cfg, pid, &fd)?;
+                        ours.send(&Msg::SeccompDone)?;
+                    }
+                    Some(Msg::Error(e)) => return Err(RuntimeError::Exec(e)),
+                    Some(m) => return Err(RuntimeError::Exec(format!("unexpected message {m:?}"))),
+                }
             }
         })();
         if let Err(e) = outcome {
@@ -260,6 +268,27 @@ impl Container {
             crate::state::write_atomic(p, pid.as_raw().to_string().as_bytes(), 0o644)?;
         }
         Ok(pid)
+    }
+
+    /// Hands an exec'd process's seccomp notification fd to the agent, with
+    /// the container's state (as runc does for `exec`).
+    fn seccomp_agent(&self, cfg: &ExecConfig, pid: Pid, fd: &OwnedFd) -> Result<()> {
+        let Some(listener) = cfg.seccomp.as_ref().and_then(|f| f.listener()) else {
+            return Err(RuntimeError::Exec("sent a seccomp fd, but no listenerPath is configured".into()));
+        };
+        let status = self.status().to_string();
+        let annotations = (!self.rec.annotations.is_empty()).then_some(&self.rec.annotations);
+        let state = serde_json::to_vec(&super::HookState {
+            oci_version: crate::SPEC_VERSION,
+            id: &self.rec.id,
+            status: &status,
+            pid: self.rec.pid,
+            bundle: &self.rec.bundle,
+            annotations,
+        })
+        .map_err(|e| RuntimeError::Exec(format!("seccomp agent state: {e}")))?;
+        let payload = crate::seccomp::notify::process_state(listener, pid.as_raw(), &state)?;
+        crate::seccomp::notify::send(listener, std::os::fd::AsFd::as_fd(fd), &payload)
     }
 
     /// Puts an exec'd process into the container's cgroup before it runs
@@ -338,6 +367,7 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         console,
         console_size: p.console_size().map(|b| (b.height() as u16, b.width() as u16)),
         stdio: None,
+        seccomp: None,
     })
 }
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use nix::sys::signal::Signal;
 
-use super::init::{expect, find_executable, refuse_runtime_binary, verify_cwd, with_home, Step};
+use super::init::{expect, find_executable, load_seccomp, refuse_runtime_binary, verify_cwd, with_home, Step};
 use super::sync::{Channel, Msg};
 use crate::capabilities::Sets;
 use crate::namespaces::Join;
@@ -37,6 +37,8 @@ pub(crate) struct ExecConfig {
     pub console_size: Option<(u16, u16)>,
     /// fds to move to 0, 1 and 2 first.
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
+    /// The container's `linux.seccomp`, compiled: exec'd processes get it too.
+    pub seccomp: Option<crate::seccomp::Filter>,
 }
 
 /// Child entry point. Never returns.
@@ -66,6 +68,9 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
         crate::tty::setup_console(sock, cfg.console_size, cfg.ids.uid, cfg.ids.gid, false)?;
     }
     nix::unistd::chdir(&cfg.cwd).map_err(|e| format!("cwd: chdir {}: {e}", cfg.cwd.display()))?;
+    if !cfg.no_new_privs {
+        load_seccomp(cfg.seccomp.as_ref(), chan)?;
+    }
     user::switch(&cfg.ids, &cfg.caps, user::setgroups_allowed())?;
     verify_cwd()?;
     if let Some(m) = cfg.umask {
@@ -79,6 +84,9 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     refuse_runtime_binary(&exe)?;
     let env: Vec<CString> = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
     sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
+    if cfg.no_new_privs {
+        load_seccomp(cfg.seccomp.as_ref(), chan)?;
+    }
     let argv: Vec<&std::ffi::CStr> = cfg.args.iter().map(|a| a.as_c_str()).collect();
     let envp: Vec<&std::ffi::CStr> = env.iter().map(|a| a.as_c_str()).collect();
     // The program must outlive a detached `exec` (PDEATHSIG survives execve).

@@ -160,7 +160,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     nix::unistd::chdir(&cfg.cwd).map_err(|e| format!("process.cwd: chdir {}: {e}", cfg.cwd.display()))?;
     crate::lsm::apply(cfg.spec)?;
     if !cfg.no_new_privs {
-        load_seccomp(cfg, chan)?;
+        load_seccomp(cfg.seccomp.as_ref(), chan)?;
     }
     user::switch(&cfg.ids, &cfg.caps, user::setgroups_allowed())?;
     verify_cwd()?;
@@ -175,7 +175,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     let env: Vec<CString> = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
     sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
     if cfg.no_new_privs {
-        load_seccomp(cfg, chan)?;
+        load_seccomp(cfg.seccomp.as_ref(), chan)?;
     }
 
     chan.send(&Msg::Ready).map_err(|e| e.to_string())?;
@@ -218,8 +218,8 @@ pub(crate) fn take_stdio(fds: [std::os::fd::RawFd; 3]) -> Step {
 /// Installs the seccomp filter; with SCMP_ACT_NOTIFY, hands the listener fd
 /// to the runtime and waits until the agent has it. See [`crate::seccomp`]
 /// for the syscalls init still makes afterwards.
-fn load_seccomp(cfg: &InitConfig, chan: &Channel) -> Step {
-    let Some(filter) = &cfg.seccomp else { return Ok(()) };
+pub(crate) fn load_seccomp(filter: Option<&crate::seccomp::Filter>, chan: &Channel) -> Step {
+    let Some(filter) = filter else { return Ok(()) };
     let Some(fd) = filter.load().map_err(|e| format!("linux.seccomp: {e}"))? else { return Ok(()) };
     chan.send(&Msg::SeccompFd).map_err(|e| e.to_string())?;
     chan.send_fd(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| e.to_string())?;
