@@ -30,8 +30,7 @@ pub struct Features {
     pub linux: Linux,
     /// Build details.
     pub annotations: BTreeMap<String, String>,
-    /// Annotations that can change how a container is set up (none: tinyrun
-    /// reads no annotation).
+    /// Annotations that change how a container is set up.
     pub potentially_unsafe_config_annotations: Vec<String>,
 }
 
@@ -119,6 +118,8 @@ pub fn features() -> Features {
         linux: Linux {
             namespaces: strings(NAMESPACES),
             capabilities: capabilities(),
+            // The systemd driver is only wired to libcgroups for v2 hosts
+            // and has no test yet; rdma is refused by `cgroups::check`.
             cgroup: Cgroup { v1: true, v2: true, systemd: false, systemd_user: false, rdma: false },
             seccomp: Seccomp {
                 enabled: true,
@@ -137,7 +138,8 @@ pub fn features() -> Features {
             net_devices: Enabled { enabled: false },
         },
         annotations,
-        potentially_unsafe_config_annotations: Vec::new(),
+        // The sandbox layer's request to bring `lo` up.
+        potentially_unsafe_config_annotations: vec![crate::sandbox::LOOPBACK_ANNOTATION.to_string()],
     }
 }
 
