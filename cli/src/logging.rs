@@ -58,14 +58,6 @@ impl Logger {
         }
     }
 
-    /// A warning; kept out of a JSON log unless debugging, since podman
-    /// reads that log as a single object.
-    pub(crate) fn warn(&self, msg: &str) {
-        if !self.json || self.debug {
-            self.write("warning", msg);
-        }
-    }
-
     pub(crate) fn debug(&self, msg: &str) {
         if self.debug {
             self.write("debug", msg);

@@ -145,7 +145,11 @@ pub(crate) struct Cgroup {
     recorded: String,
     layout: Layout,
     systemd: bool,
-    mgr: AnyCgroupManager,
+    id: String,
+    /// libcgroups' manager, made on first use: on v1 making one reads
+    /// mountinfo a dozen times through a hardened procfs handle, which
+    /// `delete`, `kill --all` and `ps` don't need.
+    mgr: std::cell::OnceCell<AnyCgroupManager>,
     /// Hierarchies joined beside libcgroups' (named v1, hybrid unified).
     extra: Vec<PathBuf>,
     /// v1 mount point per controller, for files libcgroups doesn't read.
@@ -203,14 +207,13 @@ impl Cgroup {
     }
 
     fn open_with(recorded: String, systemd: bool, id: &str, layout: Layout, mounts: Vec<Mount>) -> Result<Cgroup> {
-        let cfg = CgroupConfig { cgroup_path: PathBuf::from(&recorded), systemd_cgroup: systemd, container_name: id.into() };
-        let mgr = create_cgroup_manager(cfg).map_err(|e| CgroupError::Path(format!("cgroup {recorded}: {e}")))?;
+        let mgr = std::cell::OnceCell::new();
         let rel = recorded.trim_start_matches('/');
         let extra = match layout {
             Layout::Unified => Vec::new(),
             _ => mounts.iter().filter(|m| m.controllers.is_empty()).map(|m| m.dir.join(rel)).collect(),
         };
-        Ok(Cgroup { recorded, layout, systemd, mgr, extra, mounts, prepared: Cell::new(false) })
+        Ok(Cgroup { recorded, layout, systemd, id: id.to_string(), mgr, extra, mounts, prepared: Cell::new(false) })
     }
 
     /// Checks `r` against this host's controllers (for `update`).
@@ -258,7 +261,7 @@ impl Cgroup {
 
     /// Adds one more process (exec) to every hierarchy of the cgroup.
     pub(crate) fn add(&self, pid: Pid) -> Result<()> {
-        self.mgr.add_task(pid).map_err(self.err("add process"))?;
+        self.mgr()?.add_task(pid).map_err(self.err("add process"))?;
         for dir in &self.extra {
             std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
             let procs = dir.join("cgroup.procs");
@@ -276,7 +279,7 @@ impl Cgroup {
             oom_score_adj: None,
             freezer_state: None,
         };
-        self.mgr.apply(&opt).map_err(self.err("apply linux.resources"))?;
+        self.mgr()?.apply(&opt).map_err(self.err("apply linux.resources"))?;
         // libcgroups' v1 cpu controller skips a cpu block holding only a burst.
         let c = r.cpu().as_ref();
         if let (Some(burst), Layout::Legacy | Layout::Hybrid) = (c.and_then(|c| c.burst()), self.layout) {
@@ -301,18 +304,30 @@ impl Cgroup {
     /// Freezes or thaws every process.
     pub(crate) fn freeze(&self, frozen: bool) -> Result<()> {
         let st = if frozen { FreezerState::Frozen } else { FreezerState::Thawed };
-        self.mgr.freeze(st).map_err(self.err(if frozen { "freeze" } else { "thaw" }))
+        self.mgr()?.freeze(st).map_err(self.err(if frozen { "freeze" } else { "thaw" }))
     }
 
     /// Host pids of every process in the cgroup (and its sub-cgroups).
     pub(crate) fn pids(&self) -> Result<Vec<i32>> {
-        let pids = self.mgr.get_all_pids().map_err(self.err("list processes"))?;
+        if !self.systemd {
+            // One hierarchy holds every process: read it directly.
+            let dir = match self.layout {
+                Layout::Unified => self.v2_dir(),
+                _ => self.v1_dir("pids"),
+            };
+            if dir.is_dir() {
+                let mut out = Vec::new();
+                collect_procs(&dir, &mut out);
+                return Ok(out);
+            }
+        }
+        let pids = self.mgr()?.get_all_pids().map_err(self.err("list processes"))?;
         Ok(pids.into_iter().map(Pid::as_raw).collect())
     }
 
     /// Statistics in runc's `events` shape.
     pub(crate) fn stats(&self) -> Result<StatsData> {
-        let s = self.mgr.stats().map_err(self.err("read statistics"))?;
+        let s = self.mgr()?.stats().map_err(self.err("read statistics"))?;
         let (cpus, mems) = match self.layout {
             Layout::Unified => (self.v2_dir().join("cpuset.cpus.effective"), self.v2_dir().join("cpuset.mems.effective")),
             _ => (self.v1_dir("cpuset").join("cpuset.cpus"), self.v1_dir("cpuset").join("cpuset.mems")),
@@ -379,7 +394,15 @@ impl Cgroup {
         for dir in self.dirs() {
             remove_children(&dir);
         }
-        self.mgr.remove().map_err(self.err("remove"))?;
+        if self.systemd {
+            self.mgr()?.remove().map_err(self.err("remove"))?;
+        }
+        for dir in self.dirs() {
+            match std::fs::remove_dir(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err("remove", &dir)(e)),
+                _ => {}
+            }
+        }
         for dir in &self.extra {
             remove_children(dir);
             match std::fs::remove_dir(dir) {
@@ -403,6 +426,19 @@ impl Cgroup {
         }
     }
 
+    fn mgr(&self) -> Result<&AnyCgroupManager> {
+        if let Some(m) = self.mgr.get() {
+            return Ok(m);
+        }
+        let cfg = CgroupConfig {
+            cgroup_path: PathBuf::from(&self.recorded),
+            systemd_cgroup: self.systemd,
+            container_name: self.id.clone(),
+        };
+        let m = create_cgroup_manager(cfg).map_err(|e| CgroupError::Path(format!("cgroup {}: {e}", self.recorded)))?;
+        Ok(self.mgr.get_or_init(|| m))
+    }
+
     fn v2_dir(&self) -> PathBuf {
         Path::new(ROOT).join(self.recorded.trim_start_matches('/'))
     }
@@ -420,6 +456,18 @@ fn read_trim(p: &Path) -> String {
 
 /// Depth-first rmdir of the sub-cgroups under `dir` (a container may make
 /// its own inside its cgroup namespace); `dir` itself stays.
+/// Every pid in `dir`'s cgroup.procs and in its sub-cgroups'.
+fn collect_procs(dir: &Path, out: &mut Vec<i32>) {
+    let text = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            collect_procs(&e.path(), out);
+        }
+    }
+}
+
 fn remove_children(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
