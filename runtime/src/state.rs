@@ -51,15 +51,18 @@ pub(crate) struct Record {
     pub cgroup_path: Option<String>,
 }
 
-/// A container directory held under an exclusive lock.
-pub(crate) struct Locked {
+/// A container's state directory, held under an exclusive lock by every
+/// command that changes the container, and read without one by `state`
+/// and `list` (the record is replaced atomically, so a reader never sees
+/// half of it, and a reader never waits behind a long `delete --force`).
+pub(crate) struct StateDir {
     pub dir: PathBuf,
-    _lock: Flock<File>,
+    _lock: Option<Flock<File>>,
 }
 
-impl Locked {
+impl StateDir {
     /// Makes `<root>/<id>` and locks it; fails if it already exists.
-    pub(crate) fn create(root: &Path, id: &str) -> Result<Locked> {
+    pub(crate) fn create(root: &Path, id: &str) -> Result<StateDir> {
         ensure_root(root)?;
         let dir = root.join(id);
         std::fs::DirBuilder::new().mode(0o711).create(&dir).map_err(|e| match e.kind() {
@@ -67,11 +70,22 @@ impl Locked {
             _ => RuntimeError::io("create state dir", &dir, e),
         })?;
         let lock = lock_dir(&dir)?;
-        Ok(Locked { dir, _lock: lock })
+        Ok(StateDir { dir, _lock: Some(lock) })
+    }
+
+    /// An existing `<root>/<id>`, not locked: for reading only.
+    pub(crate) fn peek(root: &Path, id: &str) -> Result<StateDir> {
+        let dir = root.join(id);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => Ok(StateDir { dir, _lock: None }),
+            Ok(_) => Err(RuntimeError::NotFound(id.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(RuntimeError::NotFound(id.to_string())),
+            Err(e) => Err(RuntimeError::io("open state dir", &dir, e)),
+        }
     }
 
     /// Locks an existing `<root>/<id>`.
-    pub(crate) fn open(root: &Path, id: &str) -> Result<Locked> {
+    pub(crate) fn open(root: &Path, id: &str) -> Result<StateDir> {
         let dir = root.join(id);
         let lock = lock_dir(&dir).map_err(|e| match e {
             RuntimeError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
@@ -79,7 +93,7 @@ impl Locked {
             }
             e => e,
         })?;
-        Ok(Locked { dir, _lock: lock })
+        Ok(StateDir { dir, _lock: Some(lock) })
     }
 
     pub(crate) fn load(&self) -> Result<Record> {
@@ -113,10 +127,11 @@ fn lock_dir(dir: &Path) -> Result<Flock<File>> {
         .map_err(|(_, e)| RuntimeError::io("lock state dir", dir, std::io::Error::from(e)))
 }
 
-/// Creates the state root like runc: 0700, and sticky when it lives under
-/// `$XDG_RUNTIME_DIR` so the session's cleaner leaves it alone.
+/// Creates the state root: searchable but not listable by others (0711),
+/// because a container in a user namespace runs as another host uid and
+/// must reach its bundle under this root; every file in it is 0600.
 fn ensure_root(root: &Path) -> Result<()> {
-    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(root) {
+    match std::fs::DirBuilder::new().recursive(true).mode(0o711).create(root) {
         Ok(()) => Ok(()),
         Err(e) => Err(RuntimeError::io("create state root", root, e)),
     }
@@ -160,18 +175,18 @@ mod tests {
     fn create_refuses_an_existing_id_and_remove_frees_it() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("state");
-        let l = Locked::create(&root, "a").unwrap();
+        let l = StateDir::create(&root, "a").unwrap();
         drop(l);
-        assert!(matches!(Locked::create(&root, "a"), Err(RuntimeError::AlreadyExists(_))));
-        Locked::open(&root, "a").unwrap().remove().unwrap();
-        assert!(matches!(Locked::open(&root, "a"), Err(RuntimeError::NotFound(_))));
-        Locked::create(&root, "a").unwrap();
+        assert!(matches!(StateDir::create(&root, "a"), Err(RuntimeError::AlreadyExists(_))));
+        StateDir::open(&root, "a").unwrap().remove().unwrap();
+        assert!(matches!(StateDir::open(&root, "a"), Err(RuntimeError::NotFound(_))));
+        StateDir::create(&root, "a").unwrap();
     }
 
     #[test]
     fn save_then_load_round_trips() {
         let tmp = tempfile::tempdir().unwrap();
-        let l = Locked::create(tmp.path(), "b").unwrap();
+        let l = StateDir::create(tmp.path(), "b").unwrap();
         let rec = Record {
             id: "b".into(),
             bundle: "/x".into(),

@@ -26,6 +26,7 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         systemd_cgroup: cli.systemd_cgroup,
         detach,
         stdio: None,
+        die_with_runtime: false,
     })
 }
 

@@ -4,7 +4,7 @@ use crate::args::IdArg;
 
 /// Pretty JSON, two-space indent, no trailing newline: runc's exact shape.
 pub(crate) fn run(rt: &Runtime, a: &IdArg) -> anyhow::Result<u8> {
-    let st = rt.load(&a.id)?.state();
+    let st = rt.peek(&a.id)?.state();
     print!("{}", serde_json::to_string_pretty(&st)?);
     Ok(0)
 }

@@ -20,7 +20,7 @@ use crate::namespaces::Plan;
 use crate::process::init::InitConfig;
 use crate::process::launch::{self, Host};
 use crate::spec::{self, Bundle};
-use crate::state::{now_rfc3339, proc_start_time, write_atomic, Locked, Record, CONFIG_FILE, START_SOCKET};
+use crate::state::{now_rfc3339, proc_start_time, write_atomic, StateDir, Record, CONFIG_FILE, START_SOCKET};
 use crate::user::Ids;
 
 /// What `create` (and `run`) take besides the id.
@@ -46,6 +46,9 @@ pub struct CreateOptions {
     pub detach: bool,
     /// fds to become init's stdin, stdout and stderr (default: ours).
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
+    /// The container is killed if the calling process dies, even after
+    /// `create` returned (a supervisor that enforces limits from outside).
+    pub die_with_runtime: bool,
 }
 
 impl Runtime {
@@ -74,7 +77,7 @@ impl Runtime {
             None => None,
         };
         let console = socket.as_ref().or(console).map(std::os::fd::AsRawFd::as_raw_fd);
-        let lock = Locked::create(self.root(), id)?;
+        let lock = StateDir::create(self.root(), id)?;
         match build(&lock, id, &bundle, opts, console) {
             Ok(rec) => Ok(Container { lock, rec }),
             Err(e) => Err(match lock.remove() {
@@ -138,7 +141,7 @@ pub(crate) fn hook_state(id: &str, b: &Bundle, pid: i32, status: &str) -> Vec<u8
     .unwrap_or_default()
 }
 
-fn build(lock: &Locked, id: &str, bundle: &Bundle, opts: &CreateOptions, console: Option<i32>) -> Result<Record> {
+fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, console: Option<i32>) -> Result<Record> {
     let created = now_rfc3339();
     let spec = &bundle.spec;
     let config = serde_json::to_vec(spec).map_err(|e| RuntimeError::InvalidSpec(format!("encode config: {e}")))?;
@@ -264,6 +267,7 @@ fn init_config<'a>(
         start_listener: listener,
         console: None,
         stdio: opts.stdio,
+        die_with_runtime: opts.die_with_runtime,
         console_size: process.console_size().map(|b| (b.height() as u16, b.width() as u16)),
         seccomp: crate::seccomp::Filter::from_spec(spec)?,
     })

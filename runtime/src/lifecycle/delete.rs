@@ -6,7 +6,7 @@ use super::state::Status;
 use super::{check_id, Container, Runtime};
 use crate::error::{Result, RuntimeError};
 use crate::hooks::{self, Kind};
-use crate::state::Locked;
+use crate::state::StateDir;
 
 impl Runtime {
     /// Deletes `id`. A `created` container is killed first (as runc does);
@@ -17,7 +17,7 @@ impl Runtime {
             Ok(c) => c,
             Err(RuntimeError::NotFound(_)) => {
                 // A directory without a record is a create that died midway.
-                let leftover = Locked::open(self.root(), id).ok();
+                let leftover = StateDir::open(self.root(), id).ok();
                 let existed = leftover.is_some();
                 if let Some(l) = leftover {
                     l.remove()?;

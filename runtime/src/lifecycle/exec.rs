@@ -111,18 +111,20 @@ impl Container {
     }
 
     /// Runs `opts.process` in the container. Detached, returns 0 once the
-    /// program runs; otherwise its exit status (128+N for signal N).
-    pub fn exec(&self, opts: &ExecOptions) -> Result<i32> {
-        self.exec_inner(opts, false).map(|(_, code)| code)
+    /// program runs; otherwise its exit status (128+N for signal N). The
+    /// container's lock is released as soon as the process runs, so `kill`
+    /// and `delete` aren't held up by a long exec.
+    pub fn exec(self, opts: &ExecOptions) -> Result<i32> {
+        self.exec_inner(opts).map(|(_, code)| code)
     }
 
     /// Starts `opts.process` in the container and returns its pid without
     /// waiting (it is our child: the caller reaps it).
-    pub(crate) fn exec_spawn(&self, opts: &ExecOptions) -> Result<Pid> {
-        self.exec_inner(&ExecOptions { detach: true, ..opts.clone() }, true).map(|(pid, _)| pid)
+    pub(crate) fn exec_spawn(self, opts: &ExecOptions) -> Result<Pid> {
+        self.exec_inner(&ExecOptions { detach: true, ..opts.clone() }).map(|(pid, _)| pid)
     }
 
-    fn exec_inner(&self, opts: &ExecOptions, _spawn_only: bool) -> Result<(Pid, i32)> {
+    fn exec_inner(self, opts: &ExecOptions) -> Result<(Pid, i32)> {
         match self.status() {
             Status::Stopped => return Err(RuntimeError::InvalidState("cannot exec in a stopped container".into())),
             Status::Paused if !opts.ignore_paused => {
@@ -181,6 +183,7 @@ impl Container {
                 .map_err(|e| SysError::bare("sigprocmask", e))?;
         }
         let result = self.spawn(&cfg, &parent_joins, opts).and_then(|pid| {
+            drop(self);
             if opts.detach {
                 return Ok((pid, 0));
             }

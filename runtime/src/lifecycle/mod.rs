@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
-use crate::state::{Locked, Record};
+use crate::state::{StateDir, Record};
 
 pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};
@@ -35,7 +35,7 @@ pub struct Runtime {
 
 /// A container loaded from the state root, locked while this value lives.
 pub struct Container {
-    lock: Locked,
+    lock: StateDir,
     rec: Record,
 }
 
@@ -50,12 +50,24 @@ impl Runtime {
         &self.root
     }
 
-    /// Loads container `id`, or fails with `container does not exist`.
+    /// Loads container `id`, locked against other commands for as long as
+    /// the value lives, or fails with `container does not exist`.
     pub fn load(&self, id: &str) -> Result<Container> {
         check_id(id)?;
-        let lock = Locked::open(&self.root, id)?;
+        Self::load_from(StateDir::open(&self.root, id)?, id)
+    }
+
+    /// Loads container `id` for reading only (`state`, `list`), without
+    /// waiting for commands that hold its lock.
+    pub fn peek(&self, id: &str) -> Result<Container> {
+        check_id(id)?;
+        Self::load_from(StateDir::peek(&self.root, id)?, id)
+    }
+
+    fn load_from(lock: StateDir, id: &str) -> Result<Container> {
         if !lock.path(crate::state::STATE_FILE).exists() {
-            // A create that was killed before it recorded anything.
+            // A create that was killed before it recorded anything (or one
+            // still under way, seen without the lock).
             return Err(RuntimeError::NotFound(id.to_string()));
         }
         let rec = lock.load()?;

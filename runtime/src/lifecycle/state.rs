@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::{Container, Runtime};
 use crate::error::{Result, RuntimeError};
-use crate::state::{proc_start_time, Locked, Record, START_SOCKET};
+use crate::state::{proc_start_time, StateDir, Record, START_SOCKET};
 
 /// A container's status (runtime-spec plus runc's `paused`; never `creating`:
 /// a container being created is invisible until it is `created`).
@@ -54,7 +54,7 @@ pub struct ContainerState {
     pub owner: String,
 }
 
-pub(crate) fn status_of(lock: &Locked, rec: &Record) -> Status {
+pub(crate) fn status_of(lock: &StateDir, rec: &Record) -> Status {
     match proc_start_time(rec.pid) {
         Some((t, false)) if t == rec.start_time => {
             if rec.cgroup_path.as_deref().is_some_and(|p| crate::cgroups::is_frozen(p, rec.systemd_cgroup)) {
@@ -103,7 +103,7 @@ impl Runtime {
         let mut out = Vec::new();
         for entry in entries.flatten() {
             let Some(id) = entry.file_name().to_str().map(str::to_string) else { continue };
-            let Ok(c) = self.load(&id) else { continue };
+            let Ok(c) = self.peek(&id) else { continue };
             let mut st = c.state();
             st.owner = entry.metadata().map(|m| user_name(m.uid())).unwrap_or_default();
             out.push(st);

@@ -66,6 +66,8 @@ pub(crate) struct InitConfig<'a> {
     pub console: Option<std::os::fd::RawFd>,
     /// fds to move to 0, 1 and 2 first.
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
+    /// Keep PDEATHSIG for good: the container dies with its supervisor.
+    pub die_with_runtime: bool,
     /// `process.consoleSize` as (rows, columns).
     pub console_size: Option<(u16, u16)>,
     /// `linux.seccomp`, compiled.
@@ -163,6 +165,8 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         load_seccomp(cfg.seccomp.as_ref(), chan)?;
     }
     user::switch(&cfg.ids, &cfg.caps, user::setgroups_allowed())?;
+    // A change of uid or gid clears PDEATHSIG: set it again.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     verify_cwd()?;
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(cfg.umask));
     if cfg.no_new_privs {
@@ -180,8 +184,10 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
 
     chan.send(&Msg::Ready).map_err(|e| e.to_string())?;
     expect(chan, Msg::Committed)?;
-    // From here the container outlives the runtime.
-    nix::sys::prctl::set_pdeathsig(None).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    // From here the container outlives the runtime (unless asked not to).
+    if !cfg.die_with_runtime {
+        nix::sys::prctl::set_pdeathsig(None).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    }
     chan.send(&Msg::Detached).map_err(|e| e.to_string())?;
     wait_for_start_and_exec(cfg, host_pid, &exe, &env)
 }

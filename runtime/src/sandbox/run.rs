@@ -75,9 +75,11 @@ fn new_id(prefix: &str) -> String {
 /// collected into the result; otherwise it goes to our stdout/stderr.
 pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) -> Result<SandboxResult> {
     let (rt, bundles) = dirs(root);
-    let id = new_id("sbx");
+    collect_garbage(root);
+    let id = new_id(ONE_SHOT);
     let bundle = bundles.join(&id);
     let started = Instant::now();
+    let _signals = Interrupts::block()?;
     let result = (|| {
         spec::write_bundle(&bundle, &id, opts, cmd)?;
         let (out_r, out_w) = pipe_if(capture)?;
@@ -86,11 +88,15 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         let stdio = capture.then(|| {
             [devnull.as_raw_fd(), out_w.as_ref().map_or(1, |f| f.as_raw_fd()), err_w.as_ref().map_or(2, |f| f.as_raw_fd())]
         });
-        let mut c = rt.create(&id, &CreateOptions { bundle: bundle.clone(), detach: true, stdio, ..Default::default() })?;
+        // The box dies with this process, even by SIGKILL: nothing would
+        // be left to enforce its timeout.
+        let create = CreateOptions { bundle: bundle.clone(), detach: true, stdio, die_with_runtime: true, ..Default::default() };
+        let mut c = rt.create(&id, &create)?;
         drop((out_w, err_w));
         let pid = Pid::from_raw(c.pid());
         c.start()?;
-        Ok(finish(&c, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap))
+        drop(c);
+        finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)
     })();
     let cleanup = rt.delete(&id, true).and(remove_dir(&bundle));
     match (result, cleanup) {
@@ -117,8 +123,13 @@ fn pipe_if(yes: bool) -> Result<(Option<OwnedFd>, Option<OwnedFd>)> {
     Ok((Some(r), Some(w)))
 }
 
+enum Waited {
+    Exited(WaitStatus),
+    TimedOut,
+    Interrupted(nix::sys::signal::Signal),
+}
+
 /// Waits for `pid` until `deadline`, draining the output pipes into `res`.
-/// `None` means the deadline passed first.
 fn wait_capturing(
     pid: Pid,
     deadline: Instant,
@@ -126,8 +137,14 @@ fn wait_capturing(
     err: Option<OwnedFd>,
     cap: usize,
     res: &mut SandboxResult,
-) -> Option<WaitStatus> {
-    let Ok(pidfd) = crate::sys::pidfd_open(pid) else { return waitpid(pid, None).ok() };
+) -> Waited {
+    let outcome = |s: Option<WaitStatus>| s.map_or(Waited::TimedOut, Waited::Exited);
+    let Ok(pidfd) = crate::sys::pidfd_open(pid) else { return outcome(waitpid(pid, None).ok()) };
+    let sigfd = nix::sys::signalfd::SignalFd::with_flags(
+        &Interrupts::set(),
+        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+    )
+    .ok();
     let mut pipes: Vec<(OwnedFd, bool)> = [(out, false), (err, true)]
         .into_iter()
         .filter_map(|(f, is_err)| f.map(|f| (f, is_err)))
@@ -135,23 +152,31 @@ fn wait_capturing(
     let mut exited = false;
     loop {
         if exited && pipes.is_empty() {
-            return waitpid(pid, None).ok();
+            return outcome(waitpid(pid, None).ok());
+        }
+        if let Some(Ok(Some(info))) = sigfd.as_ref().map(|s| s.read_signal()) {
+            if let Ok(sig) = nix::sys::signal::Signal::try_from(info.ssi_signo as i32) {
+                return Waited::Interrupted(sig);
+            }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return None;
+            return Waited::TimedOut;
         }
         let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
         let mut fds: Vec<PollFd> = pipes.iter().map(|(f, _)| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
         if !exited {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
         }
+        if let Some(s) = &sigfd {
+            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+        }
         if poll(&mut fds, PollTimeout::from(ms)).is_err() {
             continue;
         }
         let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
         drop(fds);
-        if !exited && ready[pipes.len()] {
+        if !exited && ready.get(pipes.len()).copied().unwrap_or(false) {
             exited = true;
         }
         let mut i = 0;
@@ -193,6 +218,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     };
     let (rt, _) = dirs(root);
     let started = Instant::now();
+    let _signals = Interrupts::block()?;
     let result = (|| {
         let c = rt.load(&id)?;
         let mut p = c.exec_process(&crate::ProcessOverrides {
@@ -219,7 +245,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
             stdio,
         })?;
         drop((out_w, err_w));
-        Ok(finish(&c, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap))
+        finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)
     })();
     let cleanup = terminate(root, &id);
     super::pool::refill_detached(root, opts);
@@ -229,25 +255,32 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     }
 }
 
-/// Waits (capturing output) until `pid` exits or the deadline passes, in
-/// which case everything in the box is killed; then reads the box's usage.
+/// Waits (capturing output) until `pid` exits, the deadline passes or we
+/// are told to stop; in the last two cases everything in the box is killed.
+/// Then reads the box's usage.
+#[allow(clippy::too_many_arguments)]
 fn finish(
-    c: &crate::Container,
+    rt: &Runtime,
+    id: &str,
     pid: Pid,
     started: Instant,
     deadline: Instant,
     out: Option<OwnedFd>,
     err: Option<OwnedFd>,
     cap: usize,
-) -> SandboxResult {
+) -> Result<SandboxResult> {
     let mut res = SandboxResult::default();
     let status = match wait_capturing(pid, deadline, out, err, cap, &mut res) {
-        Some(s) => Some(s),
-        None => {
-            // The wall-clock limit: kill the whole tree, from outside.
-            res.timed_out = true;
-            let _ = c.kill(nix::sys::signal::Signal::SIGKILL as i32, true);
-            waitpid(pid, None).ok()
+        Waited::Exited(s) => Some(s),
+        stop => {
+            // Killed from outside: the whole tree, by its cgroup.
+            res.timed_out = matches!(stop, Waited::TimedOut);
+            let _ = rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true);
+            let status = waitpid(pid, None).ok();
+            if let Waited::Interrupted(sig) = stop {
+                return Err(RuntimeError::InvalidState(format!("sandbox {id} stopped: tinyrun got {sig}")));
+            }
+            status
         }
     };
     match status {
@@ -256,11 +289,53 @@ fn finish(
         _ => {}
     }
     res.duration_ms = started.elapsed().as_millis() as u64;
-    let usage = c.usage();
+    let usage = rt.peek(id)?.usage();
     res.cpu_ms = usage.cpu_ns / 1_000_000;
     res.peak_memory_bytes = usage.peak_memory;
     res.oom_killed = usage.oom_kills > 0;
-    res
+    Ok(res)
+}
+
+/// One-shot sandboxes' ids start with this; a stopped one is garbage.
+const ONE_SHOT: &str = "run";
+
+/// Removes one-shot sandboxes whose supervisor died (SIGKILL, a crash):
+/// their init went with it (PDEATHSIG), and this cleans what remains.
+fn collect_garbage(root: &Path) {
+    let (rt, bundles) = dirs(root);
+    let Ok(all) = rt.list() else { return };
+    for s in all.into_iter().filter(|s| s.id.starts_with(ONE_SHOT) && s.status == crate::Status::Stopped) {
+        if rt.delete(&s.id, true).is_ok() {
+            let _ = remove_dir(&bundles.join(&s.id));
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, blocked while a box runs so they can be
+/// read from a signalfd and turned into "kill the box and clean up".
+struct Interrupts(nix::sys::signal::SigSet);
+
+impl Interrupts {
+    fn set() -> nix::sys::signal::SigSet {
+        let mut s = nix::sys::signal::SigSet::empty();
+        for sig in [nix::sys::signal::SIGINT, nix::sys::signal::SIGTERM, nix::sys::signal::SIGHUP] {
+            s.add(sig);
+        }
+        s
+    }
+
+    fn block() -> Result<Interrupts> {
+        let mut old = nix::sys::signal::SigSet::empty();
+        nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&Self::set()), Some(&mut old))
+            .map_err(|e| RuntimeError::Sys(crate::error::SysError::bare("sigprocmask", e)))?;
+        Ok(Interrupts(old))
+    }
+}
+
+impl Drop for Interrupts {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&self.0), None);
+    }
 }
 
 /// Makes a persistent sandbox whose init idles until terminated; returns its id.

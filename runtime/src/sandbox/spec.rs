@@ -41,10 +41,13 @@ pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[
         (None, None) => {
             let rootfs = dir.join("rootfs");
             host_root(&rootfs, &mut mounts)?;
-            mountpoints(&rootfs, &mounts)?;
             rootfs
         }
     };
+    // Made here, as the host's root, the way runc makes mount points: the
+    // box's own root can't create them in a root filesystem it doesn't own.
+    mountpoints(&root, &mounts)?;
+    reachable(&root)?;
     let spec = spec_json(id, &root, opts, args, mounts);
     let path = dir.join("config.json");
     std::fs::write(&path, serde_json::to_vec(&spec).unwrap_or_default()).map_err(io("write", &path))
@@ -92,6 +95,24 @@ fn host_root(rootfs: &Path, mounts: &mut Vec<Value>) -> Result<()> {
     for (name, text) in files {
         let p = etc.join(name);
         std::fs::write(&p, text).map_err(io("write", &p))?;
+    }
+    Ok(())
+}
+
+/// The box runs as an unprivileged host uid, which must be able to walk
+/// to its root filesystem: say so plainly instead of failing a mount later.
+fn reachable(root: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in root.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else { continue };
+        if meta.permissions().mode() & 0o001 == 0 {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "sandbox root filesystem {} is not reachable by the sandbox's unprivileged user: \
+                 {} is not searchable by others (chmod o+x it, or choose another --root)",
+                root.display(),
+                dir.display()
+            )));
+        }
     }
     Ok(())
 }
