@@ -87,7 +87,7 @@ pub(crate) fn recv_fd(socket: RawFd) -> Result<OwnedFd, SysError> {
     for c in msg.cmsgs().map_err(|e| SysError::bare("recvmsg", e))? {
         if let ControlMessageOwned::ScmRights(fds) = c {
             if let Some(fd) = fds.first() {
-                return Ok(sys::own_received_fd(*fd));
+                return Ok(sys::own_fd(*fd));
             }
         }
     }

@@ -7,6 +7,7 @@
 //! device node or a write out to the host.
 
 mod cgroupfs;
+mod copyup;
 mod devices;
 mod mounts;
 mod paths;

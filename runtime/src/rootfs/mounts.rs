@@ -28,6 +28,15 @@ pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
         return bind(root, m, &opts, o).map_err(|e| what(&e));
     }
     let target = root.mkdir_all(dest, 0o755).map_err(|e| what(&e))?;
+    if opts.copy_up && typ != "tmpfs" {
+        return Err(what(&"tmpcopyup applies only to tmpfs mounts"));
+    }
+    // What the directory held, kept open to copy into the new tmpfs.
+    let below = if opts.copy_up {
+        Some(crate::sys::fs::reopen_dir(&target).map_err(|e| what(&format!("open: {e}")))?)
+    } else {
+        None
+    };
     let source = m.source().as_ref().and_then(|s| s.to_str()).unwrap_or(typ);
     let (flags, data) = (opts.flags, opts.data.as_str());
     // The kernel won't create a read-only mount of a fresh tmpfs/devpts and
@@ -36,6 +45,11 @@ pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
     let later_ro = typ == "tmpfs" && flags.contains(MsFlags::MS_RDONLY);
     let first = if later_ro { flags & !MsFlags::MS_RDONLY } else { flags };
     mount(Some(source), &fd_path(&target), Some(typ), first, Some(data), &root.describe(dest)).map_err(|e| what(&e))?;
+    if let Some(below) = below {
+        let fresh = root.open_in(dest, OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| what(&e))?;
+        let fresh = crate::sys::fs::reopen_dir(&fresh).map_err(|e| what(&format!("open: {e}")))?;
+        super::copyup::copy_tree(&below, &fresh).map_err(|e| what(&format!("tmpcopyup: {e}")))?;
+    }
     after_mount(root, dest, &opts, later_ro).map_err(|e| what(&e))
 }
 

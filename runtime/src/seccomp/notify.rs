@@ -98,7 +98,7 @@ mod tests {
             })
             .collect();
         assert_eq!(fds.len(), 1, "exactly one fd");
-        let got = crate::sys::own_received_fd(fds[0]);
+        let got = crate::sys::own_fd(fds[0]);
         // The fd received is the pipe's write end: what goes in comes out of `r`.
         nix::unistd::write(&got, b"x").unwrap();
         let mut b = [0u8; 1];

@@ -228,10 +228,11 @@ pub(crate) fn set_ctty(fd: RawFd) -> Result<(), Errno> {
     unsafe { ioctl_set_ctty(fd, 0) }.map(|_| ())
 }
 
-/// Takes ownership of an fd the kernel installed through SCM_RIGHTS.
-pub(crate) fn own_received_fd(fd: RawFd) -> OwnedFd {
-    // SAFETY: the fd was just created for this process by recvmsg and
-    // nothing else refers to it.
+/// Takes ownership of an fd the kernel just returned to us (from recvmsg's
+/// SCM_RIGHTS, openat, ...).
+pub(crate) fn own_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: callers pass an fd freshly created for this process, which
+    // nothing else refers to.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 

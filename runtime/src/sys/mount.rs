@@ -20,11 +20,13 @@ pub(crate) struct MountOptions {
     pub propagation: Vec<MsFlags>,
     /// File-system specific data (`mode=755,size=64k`).
     pub data: String,
+    /// `tmpcopyup`: fill a new tmpfs with what the directory held before.
+    pub copy_up: bool,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { flags: MsFlags::empty(), propagation: Vec::new(), data: String::new() }
+        MountOptions { flags: MsFlags::empty(), propagation: Vec::new(), data: String::new(), copy_up: false }
     }
 }
 
@@ -80,7 +82,14 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, String> 
                 return Err(format!("recursive mount attribute {o:?} is not supported"));
             }
             "idmap" | "ridmap" => return Err(format!("{opt:?} (id-mapped mounts) is not supported")),
-            "tmpcopyup" => return Err("\"tmpcopyup\" is not supported".into()),
+            "tmpcopyup" => {
+                m.copy_up = true;
+                continue;
+            }
+            "notmpcopyup" => {
+                m.copy_up = false;
+                continue;
+            }
             o => {
                 data.push(o.to_string());
                 continue;
