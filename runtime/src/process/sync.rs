@@ -148,7 +148,7 @@ impl Channel {
         for c in fds {
             if let ControlMessageOwned::ScmRights(fds) = c {
                 if let [fd] = fds[..] {
-                    return Ok(crate::sys::own_received_fd(fd));
+                    return Ok(crate::sys::own_fd(fd));
                 }
             }
         }
