@@ -100,7 +100,7 @@ fn document_shape() {
     );
     for o in opts {
         assert!(
-            !o.starts_with("rr") && o != "idmap" && o != "tmpcopyup",
+            !o.starts_with("rr") && o != "idmap",
             "{o} is refused by tinyrun, must not be listed"
         );
     }

