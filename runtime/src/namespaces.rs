@@ -97,8 +97,8 @@ impl Plan {
         for t in &new {
             match t {
                 // The cgroup namespace is rooted where init is when it's made,
-                // so it is made only after init has joined its cgroup.
-                LinuxNamespaceType::Cgroup => unshare_flags |= flag(*t),
+                // so init makes it only once it has joined its cgroup.
+                LinuxNamespaceType::Cgroup => {}
                 // Time offsets must be written before anyone enters the
                 // namespace: the runtime unshares it for its children.
                 LinuxNamespaceType::Time => {}
@@ -171,7 +171,7 @@ mod tests {
             p.clone_flags,
             CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET
         );
-        assert_eq!(p.unshare_flags, CloneFlags::CLONE_NEWCGROUP);
+        assert!(p.unshare_flags.is_empty() && p.is_new(LinuxNamespaceType::Cgroup));
         assert!(!p.needs_second_fork && !p.child_unshares_user);
     }
 

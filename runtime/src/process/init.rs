@@ -134,7 +134,18 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         in_user_ns: plan.user_ns(),
         cgroup_ns: plan.is_new(LinuxNamespaceType::Cgroup),
     };
-    let root = rootfs::prepare(&opts)?;
+    let mut joined = false;
+    let mut in_cgroup = || -> Step {
+        if !joined {
+            expect(chan, Msg::Joined)?;
+            if plan.is_new(LinuxNamespaceType::Cgroup) {
+                namespaces::unshare(CloneFlags::CLONE_NEWCGROUP).map_err(|e| e.to_string())?;
+            }
+            joined = true;
+        }
+        Ok(())
+    };
+    let root = rootfs::prepare(&opts, &mut in_cgroup)?;
 
     let mut host_pid = 0;
     if cfg.wants_hooks {

@@ -78,15 +78,28 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
         if plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER) {
             write_id_maps(child, cfg.spec)?;
         }
-        // The one place init joins its cgroup: before it has run any code
-        // of its own, so every process it makes is accounted there too.
-        host.join_cgroup(child)?;
-        ours.send(&Msg::Go)?;
+        // The one place init joins its cgroup: before it runs any program
+        // of the user's. On v1 the write to cgroup.procs can wait for an RCU
+        // grace period; init meanwhile builds its mounts, and waits for
+        // Joined only before its cgroup namespace. When init must fork once
+        // more, the fork has to inherit the cgroup: join first.
+        if plan.needs_second_fork {
+            host.join_cgroup(child)?;
+            ours.send(&Msg::Go)?;
+        } else {
+            ours.send(&Msg::Go)?;
+            host.join_cgroup(child)?;
+        }
+        // Joined must not overtake the reply init waits for first.
+        if !plan.child_unshares_user {
+            ours.send(&Msg::Joined)?;
+        }
         loop {
             match ours.recv()? {
                 Some(Msg::MapsPlease) => {
                     write_id_maps(child, cfg.spec)?;
                     ours.send(&Msg::MapsDone)?;
+                    ours.send(&Msg::Joined)?;
                 }
                 Some(Msg::Pid(p)) => {
                     // The intermediate is done once it has told us.

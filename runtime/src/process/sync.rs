@@ -4,14 +4,17 @@
 //!  runtime (tinyrun create)                 init (cloned child)
 //!  ────────────────────────                 ───────────────────
 //!  clone3(namespaces[, into cgroup]) ──────▶ waits for Go
-//!  write uid/gid maps, join cgroup
+//!  write uid/gid maps
 //!  Go ────────────────────────────────────▶ setns / unshare the rest
+//!  join cgroup (v1: may wait for an RCU      hostname, mounts up to the first
+//!  grace period; overlapped with init)       cgroup mount
+//!  Joined ────────────────────────────────▶ unshare the cgroup namespace
 //!                                   ◀────── MapsPlease  (only when init made
 //!  write uid/gid maps                                    its user namespace)
 //!  MapsDone ──────────────────────────────▶
 //!                                   ◀────── Pid(n)      (only when a second
 //!                                                        fork was needed)
-//!                                           hostname, mounts, /dev
+//!                                           the rest of the mounts, /dev
 //!                                   ◀────── HooksPlease
 //!  prestart + createRuntime hooks
 //!  HooksDone(pid) ────────────────────────▶ createContainer hooks, sysctl,
@@ -46,8 +49,12 @@ use crate::error::SysError;
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub(crate) enum Msg {
-    /// Runtime → init: maps written and cgroup joined; carry on.
+    /// Runtime → init: maps written; carry on (the cgroup may still be
+    /// being joined, see `Joined`).
     Go,
+    /// Runtime → init: init is in its cgroup; it may now make its cgroup
+    /// namespace and mount cgroupfs.
+    Joined,
     /// Init → runtime: write my uid/gid maps (the user namespace was
     /// unshared by init itself, after joining other namespaces).
     MapsPlease,

@@ -37,7 +37,10 @@ pub(crate) struct Options<'a> {
 
 /// Turns the bundle's rootfs into a populated mount tree: propagation, the
 /// rootfs bind, every mount in order, and /dev. Returns the resolution root.
-pub(crate) fn prepare(o: &Options) -> Result<Root> {
+/// `in_cgroup` is called (by then init must be in its final cgroup, with its
+/// cgroup namespace made) before the first cgroup mount, and in any case
+/// before returning.
+pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) -> Result<Root> {
     let linux = o.spec.linux().as_ref();
     let prop = linux.and_then(|l| l.rootfs_propagation().as_deref()).filter(|p| !p.is_empty());
     // Nothing mounted from here on may leak back to the host: every mount we
@@ -62,8 +65,12 @@ pub(crate) fn prepare(o: &Options) -> Result<Root> {
         if m.destination() == Path::new("/dev") && mounts::is_bind(m) {
             dev_is_bind = true;
         }
+        if matches!(m.typ().as_deref(), Some("cgroup" | "cgroup2")) {
+            in_cgroup()?;
+        }
         mounts::mount_one(&root, m, o)?;
     }
+    in_cgroup()?;
     if !dev_is_bind {
         devices::populate(&root, o)?;
     }

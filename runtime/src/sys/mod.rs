@@ -43,7 +43,9 @@ pub(crate) fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, Sy
         pidfd: 0,
         child_tid: 0,
         parent_tid: 0,
-        exit_signal: libc::SIGCHLD as u64,
+        // With CLONE_PARENT, clone3 wants 0 here and the child inherits the
+        // caller's own exit signal (SIGCHLD: we are a fork-like child too).
+        exit_signal: if flags & libc::CLONE_PARENT as u64 != 0 { 0 } else { libc::SIGCHLD as u64 },
         stack: 0,
         stack_size: 0,
         tls: 0,
