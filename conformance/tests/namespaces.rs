@@ -115,6 +115,37 @@ fn join_network_namespace_by_path() {
     );
 }
 
+/// A new user namespace together with a namespace joined by path (a pod
+/// with user namespaces): the joined namespace is entered first, and the new
+/// pid namespace is owned by the new user namespace, so init is pid 1 in it.
+#[test]
+fn new_user_namespace_with_a_joined_network_namespace() {
+    require_root!();
+    let rt = Runtime::new("usernetjoin");
+    let nsfile = rt.tempdir().join("netns");
+    std::fs::write(&nsfile, "").unwrap();
+    let st = Command::new("unshare").arg(format!("--net={}", nsfile.display())).arg("true").status().expect("unshare");
+    assert!(st.success(), "unshare --net=FILE failed");
+    rt.track_mount(&nsfile);
+    let inode = std::fs::metadata(&nsfile).unwrap().ino();
+    let b = rt.bundle(&[]);
+    let path = nsfile.to_str().unwrap().to_string();
+    b.config_mut(|c| {
+        for ns in c["linux"]["namespaces"].as_array_mut().unwrap() {
+            if ns["type"] == "network" {
+                ns["path"] = path.clone().into();
+            }
+        }
+        c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
+        c["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+        c["linux"]["gidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+    });
+    let ns = container_ns(&rt, &b);
+    assert_eq!(ns["net"], format!("net:[{inode}]"), "must join the namespace at {path}");
+    assert_ne!(ns["user"], own_ns("user"), "the user namespace is new");
+    assert_ne!(ns["pid"], own_ns("pid"), "the pid namespace is new");
+}
+
 #[test]
 fn user_namespace_mappings() {
     require_root!();

@@ -109,9 +109,18 @@ impl Channel {
     /// The next message, or `None` when the other end is gone.
     pub(crate) fn recv(&self) -> Result<Option<Msg>, SysError> {
         let mut buf = vec![0u8; 64 * 1024];
+        let mut reset = false;
         let n = loop {
             match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty()) {
                 Err(nix::errno::Errno::EINTR) => continue,
+                // A peer that exits with unread messages (say, a Joined it
+                // never needed) makes the next recv report ECONNRESET once,
+                // ahead of what it sent before dying: read on.
+                Err(nix::errno::Errno::ECONNRESET) if !reset => {
+                    reset = true;
+                    continue;
+                }
+                Err(nix::errno::Errno::ECONNRESET) => break 0,
                 Err(e) => return Err(SysError::bare("receive sync message", e)),
                 Ok(n) => break n,
             }

@@ -44,7 +44,19 @@ pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
     // only for tmpfs, which is where /dev lives.
     let later_ro = typ == "tmpfs" && flags.contains(MsFlags::MS_RDONLY);
     let first = if later_ro { flags & !MsFlags::MS_RDONLY } else { flags };
-    mount(Some(source), &fd_path(&target), Some(typ), first, Some(data), &root.describe(dest)).map_err(|e| what(&e))?;
+    match mount(Some(source), &fd_path(&target), Some(typ), first, Some(data), &root.describe(dest)) {
+        // sysfs can be mounted only by the user namespace that owns the
+        // network namespace: with a joined or the host's one, bind the
+        // host's /sys instead, read-only as asked (runc does the same).
+        Err(e) if typ == "sysfs" && o.in_user_ns && e.errno == nix::errno::Errno::EPERM => {
+            let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
+            mount(Some("/sys"), &fd_path(&target), None, flags, None, &root.describe(dest)).map_err(|e| what(&e))?;
+            let fresh = root.open_in(dest, OFlag::O_PATH).map_err(|e| what(&e))?;
+            let ro = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | opts.flags | locked_flags(&fresh);
+            mount(None, &fd_path(&fresh), None, ro, None, &root.describe(dest)).map_err(|e| what(&e))?;
+        }
+        r => r.map_err(|e| what(&e))?,
+    }
     if let Some(below) = below {
         let fresh = root.open_in(dest, OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| what(&e))?;
         let fresh = crate::sys::fs::reopen_dir(&fresh).map_err(|e| what(&format!("open: {e}")))?;
