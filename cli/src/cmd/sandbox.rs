@@ -34,9 +34,10 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             match a.format {
                 ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
                 ListFormat::Table => {
-                    writeln!(out, "{:<24} {:<8} {:<8} CREATED", "ID", "PID", "STATUS")?;
+                    let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
+                    writeln!(out, "{:<w$}   {:<8} {:<8} CREATED", "ID", "PID", "STATUS")?;
                     for s in all {
-                        writeln!(out, "{:<24} {:<8} {:<8} {}", s.id, s.pid, s.status, s.created)?;
+                        writeln!(out, "{:<w$}   {:<8} {:<8} {}", s.id, s.pid, s.status, s.created)?;
                     }
                 }
             }

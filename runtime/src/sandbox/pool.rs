@@ -65,11 +65,18 @@ pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// Tops the pool back up in a detached child, so the caller that just used
-/// a sandbox doesn't wait for its replacement.
-pub(crate) fn refill_detached(root: &Path, opts: &SandboxOptions) {
+/// Removes a used pool sandbox and tops the pool back up, in a detached
+/// child, so the caller that just used it waits for neither.
+pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: &str) {
     if let Ok(crate::sys::Forked::Child) = crate::sys::clone_fork(0, None) {
         let _ = nix::unistd::setsid();
+        // Our stdout may be the caller's pipe: don't hold it open.
+        if let Ok(null) = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDWR) {
+            for fd in 0..3 {
+                let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
+            }
+        }
+        let _ = super::run::terminate(root, used);
         let n = std::fs::read_to_string(target_file(root, opts)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(1);
         let code = i32::from(top_up(root, opts, n).is_err());
         crate::sys::exit_child(code);

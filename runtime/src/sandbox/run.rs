@@ -247,12 +247,10 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
         drop((out_w, err_w));
         finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)
     })();
-    let cleanup = terminate(root, &id);
-    super::pool::refill_detached(root, opts);
-    match (result, cleanup) {
-        (Ok(r), Ok(())) => Ok(r),
-        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-    }
+    // Removing the used box and starting its replacement happen after the
+    // caller has its answer: that is the point of a pool.
+    super::pool::recycle_detached(root, opts, &id);
+    result
 }
 
 /// Waits (capturing output) until `pid` exits, the deadline passes or we
