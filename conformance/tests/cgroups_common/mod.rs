@@ -107,11 +107,11 @@ pub fn memory_hog_is_oom_killed(v: V) {
     let limit = 32 << 20;
     let b = bundle(
         &rt,
-        "sleep 1.5; tail /dev/zero; echo tail=$?; exec sleep 600",
+        "sleep 4; tail /dev/zero; echo tail=$?; exec sleep 600",
         json!({"memory": {"limit": limit, "swap": limit}}),
     );
     start(&rt, &b);
-    // Listening before the hog starts.
+    // Listening before the hog starts (4 s is room for a slow, emulated guest).
     let events = rt.spawn(&["events", "--interval", "300ms", &b.id]);
     let (ctrl, f) = if v == V::V1 { ("memory", "memory.oom_control") } else { ("", "memory.events") };
     let oom_file = file(v, &b.id, ctrl, f);
