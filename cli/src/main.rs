@@ -51,8 +51,25 @@ fn main() -> ExitCode {
     match cmd::dispatch(&cli, command, &log) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            log.error(&format!("{e:#}"));
+            log.error(&one_line(&e));
             ExitCode::from(failure_code)
         }
     }
+}
+
+/// The error and its causes on one line, each cause once: the library's
+/// messages already quote their source, which `{:#}` would repeat.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

@@ -56,13 +56,30 @@ pub(crate) fn from_spec(limits: Option<&Vec<PosixRlimit>>) -> Result<Vec<Limit>>
     Ok(out)
 }
 
-/// Applies the limits to the calling process.
+/// Init still needs a few fds after the limits are set (the start socket,
+/// a hook's pipes): the file-descriptor soft limit is applied last, by
+/// [`apply_final`], and until then kept at least this high.
+const INIT_FDS: u64 = 64;
+
+/// Applies the limits to the calling process, while it still holds the
+/// privilege to raise hard limits.
 pub(crate) fn apply(limits: &[Limit]) -> Result<(), String> {
     for l in limits {
-        setrlimit(l.resource, l.soft, l.hard).map_err(|e| {
+        let soft = if l.resource == Resource::RLIMIT_NOFILE { l.soft.max(INIT_FDS.min(l.hard)) } else { l.soft };
+        setrlimit(l.resource, soft, l.hard).map_err(|e| {
             let hint = if e == nix::errno::Errno::EPERM { " (raising a hard limit needs CAP_SYS_RESOURCE)" } else { "" };
             format!("setrlimit {} soft={} hard={}: {e}{hint}", l.name, l.soft, l.hard)
         })?;
+    }
+    Ok(())
+}
+
+/// Lowers the file-descriptor soft limit to what the config asks, just
+/// before execve (lowering a soft limit needs no privilege).
+pub(crate) fn apply_final(limits: &[Limit]) -> Result<(), String> {
+    for l in limits.iter().filter(|l| l.resource == Resource::RLIMIT_NOFILE) {
+        setrlimit(l.resource, l.soft, l.hard)
+            .map_err(|e| format!("setrlimit {} soft={} hard={}: {e}", l.name, l.soft, l.hard))?;
     }
     Ok(())
 }

@@ -49,6 +49,11 @@ pub(crate) struct Record {
     /// The cgroup path the container was placed in, when cgroups are managed.
     #[serde(default)]
     pub cgroup_path: Option<String>,
+    /// Device and inode of init's executable while it waits for `start`
+    /// (the runtime's own binary): once init has exec'd the program it
+    /// differs, which is what "running" means.
+    #[serde(default)]
+    pub init_exe: Option<(u64, u64)>,
 }
 
 /// A container's state directory, held under an exclusive lock by every
@@ -108,6 +113,11 @@ impl StateDir {
         write_atomic(&self.dir.join(STATE_FILE), &bytes, 0o600)
     }
 
+    /// The fd that holds the lock, for a forked child to close.
+    pub(crate) fn lock_fd(&self) -> Option<std::os::fd::RawFd> {
+        self._lock.as_ref().map(|l| std::os::fd::AsRawFd::as_raw_fd(&**l))
+    }
+
     pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -162,6 +172,12 @@ pub(crate) fn proc_start_time(pid: i32) -> Option<(u64, bool)> {
     Some((stat.starttime, stat.state == 'Z' || stat.state == 'X'))
 }
 
+/// Device and inode of `/proc/<pid>/exe`.
+pub(crate) fn proc_exe(pid: i32) -> Option<(u64, u64)> {
+    let st = nix::sys::stat::stat(format!("/proc/{pid}/exe").as_str()).ok()?;
+    Some((st.st_dev, st.st_ino))
+}
+
 /// The time now, RFC 3339 with nanoseconds in UTC (what runc prints).
 pub(crate) fn now_rfc3339() -> String {
     humantime::format_rfc3339_nanos(std::time::SystemTime::now()).to_string()
@@ -198,6 +214,7 @@ mod tests {
             systemd_cgroup: true,
             own_pid_ns: true,
             cgroup_path: None,
+            init_exe: None,
         };
         l.save(&rec).unwrap();
         let back = l.load().unwrap();

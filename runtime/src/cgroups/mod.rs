@@ -202,6 +202,13 @@ impl Cgroup {
 
     /// Opens the cgroup a state record names.
     pub(crate) fn open(recorded: &str, systemd: bool, id: &str) -> Result<Cgroup> {
+        // The record is ours, but it sits on disk: never let a damaged one
+        // aim kill/freeze/remove at the root cgroup or outside the tree.
+        let rel = Path::new(recorded.trim_start_matches('/'));
+        let plain = rel.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !systemd && (rel.as_os_str().is_empty() || !plain) {
+            return Err(CgroupError::Path(format!("state records an unusable cgroup path {recorded:?}")));
+        }
         let (host, ms) = host()?;
         Self::open_with(recorded.to_string(), systemd, id, host.layout, ms)
     }

@@ -156,6 +156,7 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let listener = bind_start_socket(&lock.path(START_SOCKET), &lock.dir)?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
     cfg.console = console;
+    cfg.lock_fd = lock.lock_fd();
     let linux = spec.linux().as_ref();
     let resources = linux.and_then(|l| l.resources().clone()).unwrap_or_default();
     let devices = linux.and_then(|l| l.devices().clone()).unwrap_or_default();
@@ -184,6 +185,7 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
             systemd_cgroup: opts.systemd_cgroup,
             own_pid_ns: plan.is_new(LinuxNamespaceType::Pid),
             cgroup_path: Some(cgroup.recorded().to_string()),
+            init_exe: crate::state::proc_exe(pid.as_raw()),
         };
         lock.save(&rec)?;
         if let Some(p) = &opts.pid_file {
@@ -268,6 +270,7 @@ fn init_config<'a>(
         console: None,
         stdio: opts.stdio,
         die_with_runtime: opts.die_with_runtime,
+        lock_fd: None,
         console_size: process.console_size().map(|b| (b.height() as u16, b.width() as u16)),
         seccomp: crate::seccomp::Filter::from_spec(spec)?,
     })

@@ -16,13 +16,18 @@ impl Runtime {
         let c = match self.load(id) {
             Ok(c) => c,
             Err(RuntimeError::NotFound(_)) => {
-                // A directory without a record is a create that died midway.
-                let leftover = StateDir::open(self.root(), id).ok();
-                let existed = leftover.is_some();
-                if let Some(l) = leftover {
-                    l.remove()?;
+                // A directory without a record: a create still under way
+                // (its lock made us wait, and now the record is there), or
+                // one that died midway, whose leftovers go.
+                let Ok(l) = StateDir::open(self.root(), id) else {
+                    return if force { Ok(()) } else { Err(RuntimeError::NotFound(id.to_string())) };
+                };
+                if l.path(crate::state::STATE_FILE).exists() {
+                    drop(l);
+                    return self.delete(id, force);
                 }
-                return if force || existed { Ok(()) } else { Err(RuntimeError::NotFound(id.to_string())) };
+                remove_orphan_cgroup(&l, id);
+                return l.remove();
             }
             Err(e) => return Err(e),
         };
@@ -64,5 +69,17 @@ impl Container {
             hooks::run_all(&spec, Kind::Poststop, &st)?;
         }
         Ok(())
+    }
+}
+
+/// Removes the cgroup a half-made container may have, as named by its
+/// config snapshot (killing what is in it). Best effort: the record that
+/// would say more was never written.
+fn remove_orphan_cgroup(dir: &StateDir, id: &str) {
+    let Ok(bytes) = std::fs::read(dir.path(crate::state::CONFIG_FILE)) else { return };
+    let Ok(spec) = serde_json::from_slice::<oci_spec::runtime::Spec>(&bytes) else { return };
+    let path = spec.linux().as_ref().and_then(|l| l.cgroups_path().as_ref()).map(|p| p.to_string_lossy().into_owned());
+    if let Ok(cg) = crate::cgroups::Cgroup::for_create(path.as_deref(), id, false, None) {
+        let _ = cg.destroy();
     }
 }

@@ -57,9 +57,15 @@ pub struct ContainerState {
 pub(crate) fn status_of(lock: &StateDir, rec: &Record) -> Status {
     match proc_start_time(rec.pid) {
         Some((t, false)) if t == rec.start_time => {
+            // Still the runtime's binary means init hasn't exec'd the
+            // program yet (the start socket can outlive a killed `start`).
+            let waiting = match (rec.init_exe, crate::state::proc_exe(rec.pid)) {
+                (Some(at_create), Some(now)) => at_create == now,
+                _ => lock.path(START_SOCKET).exists(),
+            };
             if rec.cgroup_path.as_deref().is_some_and(|p| crate::cgroups::is_frozen(p, rec.systemd_cgroup)) {
                 Status::Paused
-            } else if lock.path(START_SOCKET).exists() {
+            } else if waiting {
                 Status::Created
             } else {
                 Status::Running

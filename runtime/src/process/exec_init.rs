@@ -89,6 +89,7 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     }
     let argv: Vec<&std::ffi::CStr> = cfg.args.iter().map(|a| a.as_c_str()).collect();
     let envp: Vec<&std::ffi::CStr> = env.iter().map(|a| a.as_c_str()).collect();
+    crate::rlimits::apply_final(&cfg.rlimits)?;
     // The program must outlive a detached `exec` (PDEATHSIG survives execve).
     nix::sys::prctl::set_pdeathsig(None).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     sys::reset_signals();

@@ -68,6 +68,9 @@ pub(crate) struct InitConfig<'a> {
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
     /// Keep PDEATHSIG for good: the container dies with its supervisor.
     pub die_with_runtime: bool,
+    /// The runtime's fd holding the state directory's lock: init closes its
+    /// copy at once, or the lock would outlive a runtime killed mid-create.
+    pub lock_fd: Option<std::os::fd::RawFd>,
     /// `process.consoleSize` as (rows, columns).
     pub console_size: Option<(u16, u16)>,
     /// `linux.seccomp`, compiled.
@@ -93,6 +96,9 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
     // If the runtime dies before the container is committed, so do we.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    if let Some(fd) = cfg.lock_fd {
+        let _ = nix::unistd::close(fd);
+    }
     if let Some(fds) = cfg.stdio {
         take_stdio(fds)?;
     }
@@ -398,9 +404,15 @@ pub(crate) fn state_json(cfg: &InitConfig, pid: i32, status: &str) -> Vec<u8> {
 /// A failure is written back on the connection so `start` can report it;
 /// on success the connection closes with execve (it is close-on-exec).
 fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, exe: &CString, env: &[CString]) -> Step {
-    let conn = sys::accept(cfg.start_listener).map_err(|e| format!("start socket: {e}"))?;
-    let mut b = [0u8; 1];
-    let _ = nix::unistd::read(conn.as_raw_fd(), &mut b);
+    // Only a `start` that says so releases us: a connection that closes
+    // without the byte (a start killed half-way) is not a start.
+    let conn = loop {
+        let conn = sys::accept(cfg.start_listener).map_err(|e| format!("start socket: {e}"))?;
+        let mut b = [0u8; 1];
+        if matches!(nix::unistd::read(conn.as_raw_fd(), &mut b), Ok(1)) && b[0] == b's' {
+            break conn;
+        }
+    };
     let fail = |msg: String| -> Step {
         let _ = nix::unistd::write(&conn, msg.as_bytes());
         sys::exit_child(127)
@@ -410,6 +422,11 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, exe: &CString, env: 
     }
     let argv: Vec<&std::ffi::CStr> = cfg.args.iter().map(|a| a.as_c_str()).collect();
     let envp: Vec<&std::ffi::CStr> = env.iter().map(|a| a.as_c_str()).collect();
+    // The real file-descriptor limit, now that init needs no more fds of
+    // its own (a soft limit of 0 would have failed the accept above).
+    if let Err(e) = crate::rlimits::apply_final(&cfg.rlimits) {
+        return fail(e);
+    }
     sys::reset_signals();
     let errno = sys::execve(exe, &argv, &envp);
     fail(format!("exec {:?}: {errno}", exe))
