@@ -5,6 +5,23 @@
 //! and turn its result into an exit status.
 #![forbid(unsafe_code)]
 
+/// Writes to stdout, ignoring a closed pipe (`tinyrun state x | head`):
+/// `print!` would panic on it, as Rust ignores SIGPIPE.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// [`out!`] with a newline.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod args;
 mod cmd;
 mod logging;
@@ -33,7 +50,7 @@ fn main() -> ExitCode {
         }
     };
     if cli.version {
-        print!("{}", cmd::version_text());
+        out!("{}", cmd::version_text());
         return ExitCode::SUCCESS;
     }
     let log = match logging::Logger::new(&cli) {

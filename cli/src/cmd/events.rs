@@ -13,7 +13,7 @@ pub(crate) fn run(rt: &Runtime, a: &EventsArgs) -> anyhow::Result<u8> {
     }
     let c = rt.load(&a.id)?;
     if a.stats {
-        println!("{}", c.stats_event()?);
+        outln!("{}", c.stats_event()?);
         return Ok(0);
     }
     let mut out = std::io::stdout().lock();

@@ -10,7 +10,7 @@ use crate::args::{ListFormat, PsArgs};
 pub(crate) fn run(rt: &Runtime, a: &PsArgs) -> anyhow::Result<u8> {
     let pids = rt.load(&a.id)?.pids()?;
     if a.format == ListFormat::Json {
-        println!("{}", serde_json::to_string(&pids)?);
+        outln!("{}", serde_json::to_string(&pids)?);
         return Ok(0);
     }
     let args: Vec<&str> = if a.ps_args.is_empty() { vec!["-ef"] } else { a.ps_args.iter().map(String::as_str).collect() };
@@ -25,11 +25,11 @@ pub(crate) fn run(rt: &Runtime, a: &PsArgs) -> anyhow::Result<u8> {
         .split_whitespace()
         .position(|f| f == "PID")
         .ok_or_else(|| anyhow::anyhow!("couldn't find PID field in ps output"))?;
-    println!("{header}");
+    outln!("{header}");
     for line in lines {
         let pid = line.split_whitespace().nth(col).and_then(|f| f.parse::<i32>().ok());
         if pid.is_some_and(|p| pids.contains(&p)) {
-            println!("{line}");
+            outln!("{line}");
         }
     }
     Ok(0)

@@ -16,13 +16,13 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
                 sandbox::run(root, &opts, &a.command, a.json)?
             };
             if a.json {
-                println!("{}", serde_json::to_string(&res)?);
+                outln!("{}", serde_json::to_string(&res)?);
                 return Ok(0);
             }
             Ok(u8::try_from(res.status()).unwrap_or(255))
         }
         SandboxCommand::Launch(a) => {
-            println!("{}", sandbox::launch(root, &options(a)?, "sbx")?);
+            outln!("{}", sandbox::launch(root, &options(a)?, "sbx")?);
             Ok(0)
         }
         SandboxCommand::Exec(a) => Ok(u8::try_from(sandbox::exec(root, &a.id, &a.command, &a.env, false)?).unwrap_or(255)),
@@ -45,7 +45,7 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         }
         SandboxCommand::Pool(SandboxPoolCommand::Fill(a)) => {
             for id in sandbox::pool_fill(root, &options(&a.size)?, a.count)? {
-                println!("{id}");
+                outln!("{id}");
             }
             Ok(0)
         }
