@@ -156,6 +156,17 @@ pub(crate) struct Cgroup {
     mounts: Vec<Mount>,
     /// Limits were applied before the clone (v2, CLONE_INTO_CGROUP).
     prepared: Cell<bool>,
+    /// Init moves itself in (see [`Cgroup::prepare_self_join`]).
+    self_joined: Cell<bool>,
+}
+
+/// How init moves itself into its cgroup on a v1 or hybrid host.
+pub(crate) struct SelfJoin {
+    /// v1 `tasks` files: init writes "0" to each.
+    pub tasks: Vec<PathBuf>,
+    /// The hybrid cgroup2 directory: init is cloned into it when the kernel
+    /// allows, and otherwise writes "0" to `cgroup.procs` there.
+    pub unified: Option<(OwnedFd, PathBuf)>,
 }
 
 impl Cgroup {
@@ -220,7 +231,7 @@ impl Cgroup {
             Layout::Unified => Vec::new(),
             _ => mounts.iter().filter(|m| m.controllers.is_empty()).map(|m| m.dir.join(rel)).collect(),
         };
-        Ok(Cgroup { recorded, layout, systemd, id: id.to_string(), mgr, extra, mounts, prepared: Cell::new(false) })
+        Ok(Cgroup { recorded, layout, systemd, id: id.to_string(), mgr, extra, mounts, prepared: Cell::new(false), self_joined: Cell::new(false) })
     }
 
     /// Checks `r` against this host's controllers (for `update`).
@@ -241,6 +252,45 @@ impl Cgroup {
     /// v2 cgroupfs driver: makes the cgroup, applies the limits and returns
     /// the directory for `clone3(CLONE_INTO_CGROUP)`. `None` elsewhere (v1
     /// membership is per hierarchy; [`Cgroup::join`] does it after the clone).
+    /// v1 and hybrid hosts: makes every directory of the cgroup, applies the
+    /// limits, and returns what init needs to move *itself* in. A process
+    /// moved by pid takes the kernel's global threadgroup lock, whose write
+    /// side waits for an RCU grace period (5-15 ms here, on every create
+    /// after a quiet moment); a single thread moving itself through a v1
+    /// `tasks` file skips it. `None` on v2 (clone3 places init) and with
+    /// the systemd driver.
+    pub(crate) fn prepare_self_join(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<Option<SelfJoin>> {
+        if self.layout == Layout::Unified || self.systemd {
+            return Ok(None);
+        }
+        let mut tasks = Vec::new();
+        for dir in self.dirs() {
+            std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+            if dir.join("cpuset.cpus").exists() {
+                inherit_cpuset(&dir)?;
+            }
+            tasks.push(dir.join("tasks"));
+        }
+        let mut unified = None;
+        for dir in &self.extra {
+            std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
+            if dir.join("tasks").exists() {
+                tasks.push(dir.join("tasks"));
+            } else {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECTORY)
+                    .open(dir)
+                    .map_err(io_err("open", dir))?;
+                unified = Some((OwnedFd::from(f), dir.join("cgroup.procs")));
+            }
+        }
+        self.apply(r, devices)?;
+        self.prepared.set(true);
+        self.self_joined.set(true);
+        Ok(Some(SelfJoin { tasks, unified }))
+    }
+
     pub(crate) fn prepare(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<Option<OwnedFd>> {
         if self.layout != Layout::Unified || self.systemd {
             return Ok(None);
@@ -259,6 +309,9 @@ impl Cgroup {
     /// Puts `pid` in the cgroup (every hierarchy) and, unless
     /// [`Cgroup::prepare`] did it, applies the limits.
     pub(crate) fn join(&self, pid: Pid, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
+        if self.self_joined.get() {
+            return Ok(());
+        }
         self.add(pid)?;
         if !self.prepared.get() {
             self.apply(r, devices)?;
@@ -463,6 +516,23 @@ fn read_trim(p: &Path) -> String {
 
 /// Depth-first rmdir of the sub-cgroups under `dir` (a container may make
 /// its own inside its cgroup namespace); `dir` itself stays.
+/// A new v1 cpuset cgroup starts with no cpus and no mems, and takes no
+/// task until it has some: give each new level its parent's.
+fn inherit_cpuset(dir: &Path) -> Result<()> {
+    let mut chain: Vec<&Path> = dir.ancestors().take_while(|p| p.join("cpuset.cpus").exists()).collect();
+    chain.reverse();
+    for pair in chain.windows(2) {
+        for f in ["cpuset.cpus", "cpuset.mems"] {
+            let here = pair[1].join(f);
+            if read_trim(&here).is_empty() {
+                let parent = read_trim(&pair[0].join(f));
+                std::fs::write(&here, parent).map_err(io_err("write", &here))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Every pid in `dir`'s cgroup.procs and in its sub-cgroups'.
 fn collect_procs(dir: &Path, out: &mut Vec<i32>) {
     let text = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();

@@ -109,10 +109,16 @@ struct CreateHost<'a> {
     cgroup: &'a Cgroup,
     resources: &'a LinuxResources,
     devices: &'a [LinuxDevice],
+    /// The hybrid cgroup2 directory to clone init into, when init joins the
+    /// v1 hierarchies itself.
+    clone_into: Option<std::os::fd::OwnedFd>,
 }
 
 impl Host for CreateHost<'_> {
     fn cgroup_fd(&mut self) -> Result<Option<std::os::fd::OwnedFd>> {
+        if let Some(fd) = self.clone_into.take() {
+            return Ok(Some(fd));
+        }
         Ok(self.cgroup.prepare(self.resources, self.devices)?)
     }
 
@@ -162,12 +168,26 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let devices = linux.and_then(|l| l.devices().clone()).unwrap_or_default();
     let cgroups_path = linux.and_then(|l| l.cgroups_path().as_ref()).map(|p| p.to_string_lossy().into_owned());
     let cgroup = Cgroup::for_create(cgroups_path.as_deref(), id, opts.systemd_cgroup, Some(&resources))?;
-    let mut host = CreateHost { id, bundle, cgroup: &cgroup, resources: &resources, devices: &devices };
     // A failed create leaves no cgroup behind (init is already dead then).
     let undo_cgroup = |e: RuntimeError| match cgroup.destroy() {
         Ok(()) => e,
         Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
     };
+    // On v1, init moves itself in (cheaper: see Cgroup::prepare_self_join);
+    // not from a new user namespace, whose root can't write the host's files.
+    let self_join = match plan.user_ns() {
+        true => None,
+        false => cgroup.prepare_self_join(&resources, &devices).map_err(|e| undo_cgroup(e.into()))?,
+    };
+    let mut clone_into = None;
+    if let Some(sj) = self_join {
+        cfg.cgroup_tasks = sj.tasks;
+        if let Some((fd, procs)) = sj.unified {
+            cfg.cgroup_unified = Some((procs, cgroup.recorded().to_string()));
+            clone_into = Some(fd);
+        }
+    }
+    let mut host = CreateHost { id, bundle, cgroup: &cgroup, resources: &resources, devices: &devices, clone_into };
     let launched = launch::launch(&cfg, &mut host).map_err(undo_cgroup)?;
     let pid = launched.pid;
     let result = (|| -> Result<Record> {
@@ -271,6 +291,8 @@ fn init_config<'a>(
         stdio: opts.stdio,
         die_with_runtime: opts.die_with_runtime,
         lock_fd: None,
+        cgroup_tasks: Vec::new(),
+        cgroup_unified: None,
         console_size: process.console_size().map(|b| (b.height() as u16, b.width() as u16)),
         seccomp: crate::seccomp::Filter::from_spec(spec)?,
     })

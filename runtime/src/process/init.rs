@@ -71,6 +71,11 @@ pub(crate) struct InitConfig<'a> {
     /// The runtime's fd holding the state directory's lock: init closes its
     /// copy at once, or the lock would outlive a runtime killed mid-create.
     pub lock_fd: Option<std::os::fd::RawFd>,
+    /// v1 `tasks` files init writes "0" to, moving itself into its cgroup.
+    pub cgroup_tasks: Vec<PathBuf>,
+    /// The hybrid cgroup2 `cgroup.procs` and the cgroup path: joined the
+    /// same way unless clone3 already placed init there.
+    pub cgroup_unified: Option<(PathBuf, String)>,
     /// `process.consoleSize` as (rows, columns).
     pub console_size: Option<(u16, u16)>,
     /// `linux.seccomp`, compiled.
@@ -103,6 +108,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         take_stdio(fds)?;
     }
     expect(chan, Msg::Go)?;
+    join_own_cgroup(cfg)?;
     let plan = cfg.plan;
     if plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
         become_ns_root()?;
@@ -226,6 +232,22 @@ fn wants_loopback(spec: &Spec) -> bool {
         .as_ref()
         .and_then(|a| a.get(crate::sandbox::LOOPBACK_ANNOTATION))
         .is_some_and(|v| v == "up")
+}
+
+/// Moves this (single-threaded) process into its cgroup itself: see
+/// `Cgroup::prepare_self_join`. Empty lists when the runtime does it.
+fn join_own_cgroup(cfg: &InitConfig) -> Step {
+    for f in &cfg.cgroup_tasks {
+        std::fs::write(f, "0").map_err(|e| format!("join cgroup: write 0 to {}: {e}", f.display()))?;
+    }
+    if let Some((procs, path)) = &cfg.cgroup_unified {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let placed = own.lines().any(|l| l.strip_prefix("0::").is_some_and(|p| p == path));
+        if !placed {
+            std::fs::write(procs, "0").map_err(|e| format!("join cgroup: write 0 to {}: {e}", procs.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Makes `fds` our stdin, stdout and stderr (dup2 clears close-on-exec).
