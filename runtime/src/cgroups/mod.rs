@@ -291,6 +291,25 @@ impl Cgroup {
         Ok(Some(SelfJoin { tasks, unified }))
     }
 
+    /// For a process joining a container that runs (`exec`): the same
+    /// self-join as [`Cgroup::prepare_self_join`], into the existing cgroup.
+    pub(crate) fn existing_self_join(&self) -> Option<SelfJoin> {
+        if self.layout == Layout::Unified || self.systemd {
+            return None;
+        }
+        let mut tasks: Vec<PathBuf> = self.dirs().into_iter().map(|d| d.join("tasks")).collect();
+        let mut unified = None;
+        for dir in &self.extra {
+            if dir.join("tasks").exists() {
+                tasks.push(dir.join("tasks"));
+            } else if let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).open(dir) {
+                unified = Some((OwnedFd::from(f), dir.join("cgroup.procs")));
+            }
+        }
+        self.self_joined.set(true);
+        Some(SelfJoin { tasks, unified })
+    }
+
     pub(crate) fn prepare(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<Option<OwnedFd>> {
         if self.layout != Layout::Unified || self.systemd {
             return Ok(None);
@@ -321,6 +340,9 @@ impl Cgroup {
 
     /// Adds one more process (exec) to every hierarchy of the cgroup.
     pub(crate) fn add(&self, pid: Pid) -> Result<()> {
+        if self.self_joined.get() {
+            return Ok(());
+        }
         self.mgr()?.add_task(pid).map_err(self.err("add process"))?;
         for dir in &self.extra {
             std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;

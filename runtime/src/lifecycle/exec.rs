@@ -176,13 +176,24 @@ impl Container {
         let mut cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
         cfg.stdio = opts.stdio;
         cfg.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
+        // The new process moves itself into the container's cgroup (see
+        // Cgroup::prepare_self_join); the hybrid cgroup2 part by clone3.
+        let cgroup = self.cgroup()?;
+        let mut clone_into = None;
+        if let Some(sj) = cgroup.as_ref().and_then(|cg| cg.existing_self_join()) {
+            cfg.cgroup_tasks = sj.tasks;
+            if let Some((fd, procs)) = sj.unified {
+                cfg.cgroup_unified = Some((procs, self.rec.cgroup_path.clone().unwrap_or_default()));
+                clone_into = Some(fd);
+            }
+        }
 
         let mut old = SigSet::empty();
         if !opts.detach {
             nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut old))
                 .map_err(|e| SysError::bare("sigprocmask", e))?;
         }
-        let result = self.spawn(&cfg, &parent_joins, opts).and_then(|pid| {
+        let result = self.spawn(&cfg, &parent_joins, opts, clone_into.as_ref(), cgroup.as_ref()).and_then(|pid| {
             drop(self);
             if opts.detach {
                 return Ok((pid, 0));
@@ -229,14 +240,25 @@ impl Container {
         Ok((joins, parent))
     }
 
-    fn spawn(&self, cfg: &ExecConfig, parent_joins: &[Join], opts: &ExecOptions) -> Result<Pid> {
+    fn spawn(
+        &self,
+        cfg: &ExecConfig,
+        parent_joins: &[Join],
+        opts: &ExecOptions,
+        clone_into: Option<&OwnedFd>,
+        cgroup: Option<&crate::cgroups::Cgroup>,
+    ) -> Result<Pid> {
         let (ours, theirs) = sync::pair()?;
         let mut restore = Vec::new();
         for j in parent_joins {
             restore.push(Join { typ: j.typ, fd: namespaces::open_own(ns_name(j.typ))? });
             namespaces::setns(j)?;
         }
-        let forked = sys::clone_fork(0, None);
+        let mut forked = sys::clone_fork(0, clone_into.map(|f| f.as_raw_fd()));
+        if forked.is_err() && clone_into.is_some() {
+            // The child then joins that hierarchy by writing cgroup.procs.
+            forked = sys::clone_fork(0, None);
+        }
         if let Ok(Forked::Child) = forked {
             drop(ours);
             exec_init::main(cfg, &theirs);
@@ -247,7 +269,7 @@ impl Container {
         let Forked::Parent(pid) = forked? else { unreachable_child() };
         drop(theirs);
         let outcome = (|| -> Result<()> {
-            self.join_exec_cgroup(pid, &opts.cgroups)?;
+            self.join_exec_cgroup(pid, &opts.cgroups, cgroup)?;
             ours.send(&Msg::Go)?;
             loop {
                 match ours.recv()? {
@@ -296,11 +318,12 @@ impl Container {
 
     /// Puts an exec'd process into the container's cgroup before it runs
     /// anything of its own.
-    fn join_exec_cgroup(&self, pid: Pid, sub: &[String]) -> Result<()> {
+    fn join_exec_cgroup(&self, pid: Pid, sub: &[String], cgroup: Option<&crate::cgroups::Cgroup>) -> Result<()> {
         if !sub.is_empty() {
             return Err(RuntimeError::unsupported("--cgroup", "sub-cgroups are not supported yet"));
         }
-        if let Some(cg) = self.cgroup()? {
+        // A no-op when the process moves itself.
+        if let Some(cg) = cgroup {
             cg.add(pid)?;
         }
         Ok(())
@@ -371,6 +394,8 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         console_size: p.console_size().map(|b| (b.height() as u16, b.width() as u16)),
         stdio: None,
         seccomp: None,
+        cgroup_tasks: Vec::new(),
+        cgroup_unified: None,
     })
 }
 

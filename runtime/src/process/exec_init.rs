@@ -37,6 +37,10 @@ pub(crate) struct ExecConfig {
     pub console_size: Option<(u16, u16)>,
     /// fds to move to 0, 1 and 2 first.
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
+    /// v1 `tasks` files (and the hybrid cgroup2 `cgroup.procs` with the
+    /// cgroup's path) to move ourselves into the container's cgroup.
+    pub cgroup_tasks: Vec<PathBuf>,
+    pub cgroup_unified: Option<(PathBuf, String)>,
     /// The container's `linux.seccomp`, compiled: exec'd processes get it too.
     pub seccomp: Option<crate::seccomp::Filter>,
 }
@@ -59,6 +63,9 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     // inside the container, nothing there may open /proc/<pid>/exe.
     nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    // With the host's credentials still: a user namespace joined next
+    // would not be allowed to write the host's cgroup files.
+    super::init::join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
     for j in &cfg.joins {
         crate::namespaces::setns(j).map_err(|e| e.to_string())?;
     }

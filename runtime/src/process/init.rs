@@ -108,7 +108,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         take_stdio(fds)?;
     }
     expect(chan, Msg::Go)?;
-    join_own_cgroup(cfg)?;
+    join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
     let plan = cfg.plan;
     if plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
         become_ns_root()?;
@@ -236,11 +236,11 @@ fn wants_loopback(spec: &Spec) -> bool {
 
 /// Moves this (single-threaded) process into its cgroup itself: see
 /// `Cgroup::prepare_self_join`. Empty lists when the runtime does it.
-fn join_own_cgroup(cfg: &InitConfig) -> Step {
-    for f in &cfg.cgroup_tasks {
+pub(crate) fn join_own_cgroup(tasks: &[PathBuf], unified: Option<&(PathBuf, String)>) -> Step {
+    for f in tasks {
         std::fs::write(f, "0").map_err(|e| format!("join cgroup: write 0 to {}: {e}", f.display()))?;
     }
-    if let Some((procs, path)) = &cfg.cgroup_unified {
+    if let Some((procs, path)) = unified {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let placed = own.lines().any(|l| l.strip_prefix("0::").is_some_and(|p| p == path));
         if !placed {
