@@ -67,6 +67,18 @@ pub(crate) fn setup_console(
     Ok(())
 }
 
+/// A connected pair for a foreground terminal: init sends the pty master
+/// on one end, the runtime receives it on the other (runtime's end first).
+pub(crate) fn console_pair() -> Result<(OwnedFd, OwnedFd), SysError> {
+    nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Stream,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| SysError::bare("socketpair", e))
+}
+
 /// Sends `fd` as the one and only `SCM_RIGHTS` fd, with `payload` as data
 /// (go-runc and conmon insist on exactly one fd in one message).
 pub(crate) fn send_fd(socket: RawFd, fd: RawFd, payload: &[u8]) -> Result<(), SysError> {

@@ -159,19 +159,7 @@ impl Container {
             ),
             None => None,
         };
-        let pair = if terminal && socket.is_none() {
-            Some(
-                nix::sys::socket::socketpair(
-                    nix::sys::socket::AddressFamily::Unix,
-                    nix::sys::socket::SockType::Stream,
-                    None,
-                    nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-                )
-                .map_err(|e| SysError::bare("socketpair", e))?,
-            )
-        } else {
-            None
-        };
+        let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };
         let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
         let mut cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
         cfg.stdio = opts.stdio;

@@ -43,15 +43,7 @@ impl Runtime {
         let result = (|| {
             // A foreground terminal: init sends the pty master to us.
             let pair = if opts.create.console_socket.is_none() && wants_terminal(&opts.create) {
-                Some(
-                    nix::sys::socket::socketpair(
-                        nix::sys::socket::AddressFamily::Unix,
-                        nix::sys::socket::SockType::Stream,
-                        None,
-                        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-                    )
-                    .map_err(|e| RuntimeError::Sys(crate::error::SysError::bare("socketpair", e)))?,
-                )
+                Some(crate::tty::console_pair()?)
             } else {
                 None
             };
