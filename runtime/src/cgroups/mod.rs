@@ -418,6 +418,21 @@ impl Cgroup {
         Ok(stats::from_libcgroups(&s, &read(cpus), &read(mems), self.layout == Layout::Unified))
     }
 
+    /// CPU time (ns) and peak memory (bytes) so far, read from the two files
+    /// that hold them rather than through a full `stats` (which needs
+    /// libcgroups' manager): the sandbox asks for these after every run.
+    pub(crate) fn usage(&self) -> (u64, u64) {
+        let num = |p: PathBuf| read_trim(&p).parse::<u64>().unwrap_or(0);
+        match self.layout {
+            Layout::Unified => {
+                let stat = std::fs::read_to_string(self.v2_dir().join("cpu.stat")).unwrap_or_default();
+                let usec = stat.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok());
+                (usec.unwrap_or(0) * 1000, num(self.v2_dir().join("memory.peak")))
+            }
+            _ => (num(self.v1_dir("cpuacct").join("cpuacct.usage")), num(self.v1_dir("memory").join("memory.max_usage_in_bytes"))),
+        }
+    }
+
     /// How many processes the kernel's OOM killer has killed in the cgroup
     /// (`oom_kill` in v1 `memory.oom_control` / v2 `memory.events`).
     pub(crate) fn oom_kills(&self) -> u64 {

@@ -17,7 +17,7 @@ impl Container {
         let Ok(cg) = crate::cgroups::Cgroup::open(path, self.rec.systemd_cgroup, &self.rec.id) else {
             return Usage::default();
         };
-        let stats = cg.stats().unwrap_or_default();
-        Usage { cpu_ns: stats.cpu.usage.total, peak_memory: stats.memory.usage.max, oom_kills: cg.oom_kills() }
+        let (cpu_ns, peak_memory) = cg.usage();
+        Usage { cpu_ns, peak_memory, oom_kills: cg.oom_kills() }
     }
 }
