@@ -162,6 +162,11 @@ impl Container {
         let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };
         let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
         let mut cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
+        // A foreground terminal takes our window size before the program
+        // runs (the relay would copy it only afterwards).
+        if pair.is_some() && cfg.console_size.is_none() {
+            cfg.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
+        }
         cfg.stdio = opts.stdio;
         cfg.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
         // The new process moves itself into the container's cgroup (see

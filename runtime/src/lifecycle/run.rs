@@ -60,6 +60,10 @@ impl Runtime {
                 None => None,
             };
             drop(pair);
+            // The program must see our window size from its first instant.
+            if let Some(m) = &master {
+                crate::tty::copy_winsize(0, m.as_raw_fd());
+            }
             let pid = Pid::from_raw(c.pid());
             self.start_or_delete(&mut c, id)?;
             drop(c);
