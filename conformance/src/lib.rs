@@ -94,3 +94,30 @@ pub fn kv(text: &str) -> BTreeMap<String, String> {
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect()
 }
+
+/// In the runtime's child, make `src` appear as fd `dst` (without CLOEXEC).
+pub fn pass_fds(
+    cmd: &mut std::process::Command,
+    fds: Vec<(std::os::fd::RawFd, std::os::fd::RawFd)>,
+) {
+    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
+    // fcntl/dup2 on fds that stay open in the parent until spawn returns.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            let mut high = Vec::new();
+            for (src, _) in &fds {
+                let h = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 100);
+                if h < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                high.push(h);
+            }
+            for (h, (_, dst)) in high.iter().zip(&fds) {
+                if libc::dup2(*h, *dst) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}

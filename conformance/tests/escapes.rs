@@ -23,7 +23,6 @@
 use std::fs::{self, File};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -88,30 +87,6 @@ fn tmpfs_at(b: &Bundle, dest: &str, extra: &[&str]) {
     let mut opts = vec!["nosuid", "size=4m"];
     opts.extend_from_slice(extra);
     b.add_mount(json!({"destination": dest, "type": "tmpfs", "source": "tmpfs", "options": opts}));
-}
-
-/// In the runtime's child, make `src` appear as fd `dst` (without CLOEXEC).
-fn pass_fds(cmd: &mut Command, fds: Vec<(RawFd, RawFd)>) {
-    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
-    // fcntl/dup2 on fds that stay open in the parent until spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut high = Vec::new();
-            for (src, _) in &fds {
-                let h = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 100);
-                if h < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                high.push(h);
-            }
-            for (h, (_, dst)) in high.iter().zip(&fds) {
-                if libc::dup2(*h, *dst) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
 }
 
 fn fd_keys(out: &str) -> Vec<String> {
@@ -399,7 +374,7 @@ fn host_canary(rt: &Runtime) -> (PathBuf, String) {
 
 /// fds 3..=12 of the runtime are O_DIRECTORY handles on the host canary dir (a careless caller).
 fn leak_canary_fds(cmd: &mut Command, dir: &File) {
-    pass_fds(cmd, (3..=12).map(|n| (dir.as_raw_fd(), n)).collect());
+    tinyrun_conformance::pass_fds(cmd, (3..=12).map(|n| (dir.as_raw_fd(), n)).collect());
 }
 
 /// Only stdio (plus what `--preserve-fds` asks for) reaches init and exec'd processes, even when

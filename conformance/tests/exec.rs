@@ -7,9 +7,7 @@
 //! verbatim even when it looks like flags.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -60,30 +58,6 @@ fn readlink(p: &str) -> String {
 
 fn cap_bit(set_hex: &str, bit: u32) -> bool {
     u64::from_str_radix(set_hex, 16).expect("hex cap set") & (1u64 << bit) != 0
-}
-
-/// In the runtime's child, make `src` appear as fd `dst` (without CLOEXEC).
-fn pass_fds(cmd: &mut Command, fds: Vec<(RawFd, RawFd)>) {
-    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
-    // fcntl/dup2 on fds that stay open in the parent until spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut high = Vec::new();
-            for (src, _) in &fds {
-                let h = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 100);
-                if h < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                high.push(h);
-            }
-            for (h, (_, dst)) in high.iter().zip(&fds) {
-                if libc::dup2(*h, *dst) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
 }
 
 fn fd_keys(out: &str) -> Vec<String> {
@@ -447,7 +421,7 @@ fn exec_preserve_fds() {
     let leak = File::open("/etc/hostname").unwrap();
 
     let mut cmd = rt.command(&["exec", "--preserve-fds", "1", &b.id, "/bin/probe", "fds"]);
-    pass_fds(
+    tinyrun_conformance::pass_fds(
         &mut cmd,
         vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)],
     );
@@ -460,7 +434,7 @@ fn exec_preserve_fds() {
     assert_eq!(o.kv()["fd.3"], passed_path.to_str().unwrap(), "{o}");
 
     let mut cmd = rt.command(&["exec", &b.id, "/bin/probe", "fds"]);
-    pass_fds(
+    tinyrun_conformance::pass_fds(
         &mut cmd,
         vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)],
     );

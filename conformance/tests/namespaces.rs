@@ -124,7 +124,11 @@ fn new_user_namespace_with_a_joined_network_namespace() {
     let rt = Runtime::new("usernetjoin");
     let nsfile = rt.tempdir().join("netns");
     std::fs::write(&nsfile, "").unwrap();
-    let st = Command::new("unshare").arg(format!("--net={}", nsfile.display())).arg("true").status().expect("unshare");
+    let st = Command::new("unshare")
+        .arg(format!("--net={}", nsfile.display()))
+        .arg("true")
+        .status()
+        .expect("unshare");
     assert!(st.success(), "unshare --net=FILE failed");
     rt.track_mount(&nsfile);
     let inode = std::fs::metadata(&nsfile).unwrap().ino();
@@ -136,12 +140,19 @@ fn new_user_namespace_with_a_joined_network_namespace() {
                 ns["path"] = path.clone().into();
             }
         }
-        c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
+        c["linux"]["namespaces"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "user"}));
         c["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
         c["linux"]["gidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
     });
     let ns = container_ns(&rt, &b);
-    assert_eq!(ns["net"], format!("net:[{inode}]"), "must join the namespace at {path}");
+    assert_eq!(
+        ns["net"],
+        format!("net:[{inode}]"),
+        "must join the namespace at {path}"
+    );
     assert_ne!(ns["user"], own_ns("user"), "the user namespace is new");
     assert_ne!(ns["pid"], own_ns("pid"), "the pid namespace is new");
 }

@@ -3,9 +3,7 @@
 //! groups, umask, capabilities, no_new_privs, rlimits, oom_score_adj, and the fds it gets.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::os::fd::AsRawFd;
 
 use serde_json::json;
 use tinyrun_conformance::{require_root, Runtime};
@@ -228,30 +226,6 @@ fn oom_score_adj() {
     );
 }
 
-/// In the runtime's child, make `src` appear as fd `dst` (without CLOEXEC).
-fn pass_fds(cmd: &mut Command, fds: Vec<(RawFd, RawFd)>) {
-    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
-    // fcntl/dup2 on fds that stay open in the parent until spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut high = Vec::new();
-            for (src, _) in &fds {
-                let h = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 100);
-                if h < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                high.push(h);
-            }
-            for (h, (_, dst)) in high.iter().zip(&fds) {
-                if libc::dup2(*h, *dst) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
 fn fd_keys(out: &str) -> Vec<String> {
     let mut keys: Vec<String> = tinyrun_conformance::kv(out).keys().cloned().collect();
     keys.sort();
@@ -266,7 +240,7 @@ fn only_stdio_fds() {
     let b = rt.bundle(&["/bin/probe", "fds"]);
     let leak = File::open("/etc/hostname").unwrap();
     let mut cmd = rt.command(&["run", "--bundle", b.path(), &b.id]);
-    pass_fds(&mut cmd, vec![(leak.as_raw_fd(), 7)]);
+    tinyrun_conformance::pass_fds(&mut cmd, vec![(leak.as_raw_fd(), 7)]);
     let o = rt.output(cmd).expect_ok("probe fds");
     assert_eq!(
         fd_keys(&o.stdout),
@@ -285,7 +259,7 @@ fn preserve_fds() {
     let passed = File::open(&passed_path).unwrap();
     let leak = File::open("/etc/hostname").unwrap();
     let mut cmd = rt.command(&["run", "--preserve-fds", "1", "--bundle", b.path(), &b.id]);
-    pass_fds(
+    tinyrun_conformance::pass_fds(
         &mut cmd,
         vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)],
     );

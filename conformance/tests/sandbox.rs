@@ -1806,8 +1806,14 @@ fn root_in_private_dir() {
     );
     // The box runs as an unprivileged host uid, which can't walk into a
     // private directory: a clear error naming the directory, and nothing left.
-    assert!(!o.ok(), "sandbox run with --root under a 0{mode:o} dir should be refused\n{o}");
-    assert!(o.stderr.contains("not reachable") && o.stderr.contains("o+x"), "{o}");
+    assert!(
+        !o.ok(),
+        "sandbox run with --root under a 0{mode:o} dir should be refused\n{o}"
+    );
+    assert!(
+        o.stderr.contains("not reachable") && o.stderr.contains("o+x"),
+        "{o}"
+    );
     sb.assert_clean("the refused run");
 }
 
