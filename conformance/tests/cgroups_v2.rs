@@ -30,4 +30,5 @@ on_v2!(
     container_sees_its_cgroup_as_root,
     kill_all_and_ps,
     failures_leave_no_cgroup,
+    device_rules_are_enforced,
 );
