@@ -25,8 +25,8 @@ struct Node {
     gid: u32,
 }
 
-/// The runtime-spec's default devices.
-const DEFAULTS: [(&str, u64, u64); 6] =
+/// The runtime-spec's default devices: name under /dev, major, minor.
+pub(crate) const DEFAULTS: [(&str, u64, u64); 6] =
     [("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0)];
 
 const LINKS: [(&str, &str); 5] = [

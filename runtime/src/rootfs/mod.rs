@@ -12,6 +12,8 @@ mod devices;
 mod mounts;
 mod paths;
 
+pub(crate) use devices::DEFAULTS as DEFAULT_DEVICES;
+
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
