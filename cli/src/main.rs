@@ -34,8 +34,10 @@ use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> ExitCode {
     let raw: Vec<String> = std::env::args().collect();
-    let argv = args::normalize(&args::Cli::command(), raw);
-    let matches = match args::Cli::command().try_get_matches_from(&argv) {
+    // Built once: making clap's command tree is a good part of our startup.
+    let command = args::Cli::command();
+    let argv = args::normalize(&command, raw);
+    let matches = match command.try_get_matches_from(&argv) {
         Ok(m) => m,
         Err(e) => {
             let _ = e.print();
