@@ -54,20 +54,22 @@ pub struct CreateOptions {
 impl Runtime {
     /// Creates container `id` from `opts.bundle`.
     pub fn create(&self, id: &str, opts: &CreateOptions) -> Result<Container> {
-        self.create_with_console(id, opts, None)
+        check_id(id)?;
+        let bundle = spec::load(&opts.bundle)?;
+        self.create_from(id, &bundle, opts, None)
     }
 
-    /// `create`, with the pty master sent to `console` (the runtime's own
-    /// end for a foreground terminal) unless `--console-socket` names one.
-    pub(crate) fn create_with_console(
+    /// `create` from an already loaded bundle, with the pty master sent to
+    /// `console` (the runtime's own end for a foreground terminal) unless
+    /// `--console-socket` names one. The caller has checked `id`.
+    pub(crate) fn create_from(
         &self,
         id: &str,
+        bundle: &Bundle,
         opts: &CreateOptions,
         console: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Container> {
-        check_id(id)?;
-        let bundle = spec::load(&opts.bundle)?;
-        check_terminal(&bundle, opts)?;
+        check_terminal(bundle, opts)?;
         // Connect before anything exists: a bad socket path is the
         // caller's error and must leave nothing behind.
         let socket = match &opts.console_socket {
@@ -78,7 +80,7 @@ impl Runtime {
         };
         let console = socket.as_ref().or(console).map(std::os::fd::AsRawFd::as_raw_fd);
         let lock = StateDir::create(self.root(), id)?;
-        match build(&lock, id, &bundle, opts, console) {
+        match build(&lock, id, bundle, opts, console) {
             Ok(rec) => Ok(Container { lock, rec }),
             Err(e) => Err(match lock.remove() {
                 Ok(()) => e,

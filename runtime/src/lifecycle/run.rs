@@ -27,8 +27,10 @@ impl Runtime {
     /// Runs `id`. Detached, returns 0 once it runs; in the foreground,
     /// returns the program's exit status (128+N when killed by signal N).
     pub fn run(&self, id: &str, opts: &RunOptions) -> Result<i32> {
+        super::check_id(id)?;
+        let bundle = crate::spec::load(&opts.create.bundle)?;
         if opts.create.detach {
-            let mut c = self.create(id, &opts.create)?;
+            let mut c = self.create_from(id, &bundle, &opts.create, None)?;
             return self.start_or_delete(&mut c, id).map(|_| 0);
         }
         let all = SigSet::all();
@@ -42,12 +44,13 @@ impl Runtime {
         }
         let result = (|| {
             // A foreground terminal: init sends the pty master to us.
-            let pair = if opts.create.console_socket.is_none() && wants_terminal(&opts.create) {
+            let terminal = bundle.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
+            let pair = if opts.create.console_socket.is_none() && terminal {
                 Some(crate::tty::console_pair()?)
             } else {
                 None
             };
-            let mut c = self.create_with_console(id, &opts.create, pair.as_ref().map(|p| &p.1))?;
+            let mut c = self.create_from(id, &bundle, &opts.create, pair.as_ref().map(|p| &p.1))?;
             let master = match &pair {
                 Some((ours, _)) => match crate::tty::recv_fd(ours.as_raw_fd()) {
                     Ok(m) => Some(m),
@@ -84,11 +87,4 @@ impl Runtime {
         }
         Ok(())
     }
-}
-
-fn wants_terminal(opts: &super::CreateOptions) -> bool {
-    crate::spec::load(&opts.bundle)
-        .ok()
-        .and_then(|b| b.spec.process().as_ref().and_then(|p| p.terminal()))
-        .unwrap_or(false)
 }
