@@ -95,15 +95,21 @@ fn io_err(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Cgrou
 
 /// One mounted hierarchy, from `/proc/self/mountinfo`.
 #[derive(Debug, Clone)]
-struct Mount {
-    dir: PathBuf,
-    /// Controllers (v1), or empty for a named hierarchy or cgroup2.
-    controllers: Vec<String>,
-    v2: bool,
+pub(crate) struct Mount {
+    pub dir: PathBuf,
+    /// Controllers (v1) libcgroups knows, or empty for a named hierarchy
+    /// or cgroup2.
+    pub controllers: Vec<String>,
+    pub v2: bool,
+    /// The superblock options that make the same hierarchy when mounted
+    /// again (`cpu,cpuacct`, `name=systemd`; no `rw`/`ro`/`release_agent`).
+    pub options: String,
 }
 
+/// Every visible cgroup hierarchy under `/sys/fs/cgroup`: the one parser of
+/// mountinfo for cgroups (init's `cgroup` mounts are built from it too).
 fn mounts() -> Vec<Mount> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let info = crate::sys::fs::read_proc("/proc/self/mountinfo").unwrap_or_default();
     let mut out = Vec::new();
     for line in info.lines() {
         let Some((pre, post)) = line.split_once(" - ") else { continue };
@@ -121,7 +127,12 @@ fn mounts() -> Vec<Mount> {
             continue;
         }
         let controllers = opts.split(',').filter(|o| LIBCGROUPS_V1.contains(o)).map(str::to_string).collect();
-        out.push(Mount { dir: dir.into(), controllers, v2: fstype == "cgroup2" });
+        let options = opts
+            .split(',')
+            .filter(|o| !matches!(*o, "rw" | "ro") && !o.starts_with("release_agent"))
+            .collect::<Vec<_>>()
+            .join(",");
+        out.push(Mount { dir: dir.into(), controllers, v2: fstype == "cgroup2", options });
     }
     out
 }
@@ -190,7 +201,7 @@ impl Cgroup {
         let recorded = match wanted {
             path::Wanted::Absolute(p) => p.to_string_lossy().into_owned(),
             path::Wanted::Relative(rel) => {
-                let own = path::parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default());
+                let own = path::parse_proc_cgroup(&crate::sys::fs::read_proc("/proc/self/cgroup").unwrap_or_default());
                 let resolved = if host.layout == Layout::Unified {
                     path::under_own_v2(&own, &rel)
                 } else {
@@ -242,6 +253,11 @@ impl Cgroup {
     pub(crate) fn check(&self, r: &LinuxResources) -> Result<()> {
         let (host, _) = host()?;
         check::check_host(r, &host).map_err(|r| CgroupError::Refused { field: r.field, why: r.why })
+    }
+
+    /// The host's cgroup hierarchies, as this cgroup was opened with.
+    pub(crate) fn hierarchies(&self) -> &[Mount] {
+        &self.mounts
     }
 
     /// The path to keep in the state record.
@@ -579,7 +595,7 @@ fn inherit_cpuset(dir: &Path) -> Result<()> {
 
 /// Every pid in `dir`'s cgroup.procs and in its sub-cgroups'.
 fn collect_procs(dir: &Path, out: &mut Vec<i32>) {
-    let text = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let text = crate::sys::fs::read_proc(&dir.join("cgroup.procs")).unwrap_or_default();
     out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {

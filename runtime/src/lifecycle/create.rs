@@ -181,6 +181,7 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
         true => None,
         false => cgroup.prepare_self_join(&resources, &devices).map_err(|e| undo_cgroup(e.into()))?,
     };
+    cfg.cgroup_hierarchies = cgroup.hierarchies().to_vec();
     let mut clone_into = None;
     if let Some(sj) = self_join {
         cfg.cgroup_tasks = sj.tasks;
@@ -295,6 +296,7 @@ fn init_config<'a>(
         lock_fd: None,
         cgroup_tasks: Vec::new(),
         cgroup_unified: None,
+        cgroup_hierarchies: Vec::new(),
         console_size: process.console_size().map(|b| (b.height() as u16, b.width() as u16)),
         seccomp: crate::seccomp::Filter::from_spec(spec)?,
     })

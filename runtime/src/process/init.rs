@@ -76,6 +76,8 @@ pub(crate) struct InitConfig<'a> {
     /// The hybrid cgroup2 `cgroup.procs` and the cgroup path: joined the
     /// same way unless clone3 already placed init there.
     pub cgroup_unified: Option<(PathBuf, String)>,
+    /// The host's cgroup hierarchies (`cgroup` mounts are built from them).
+    pub cgroup_hierarchies: Vec<crate::cgroups::Mount>,
     /// `process.consoleSize` as (rows, columns).
     pub console_size: Option<(u16, u16)>,
     /// `linux.seccomp`, compiled.
@@ -145,6 +147,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         bundle: cfg.bundle,
         in_user_ns: plan.user_ns(),
         cgroup_ns: plan.is_new(LinuxNamespaceType::Cgroup),
+        cgroup_hierarchies: &cfg.cgroup_hierarchies,
     };
     let mut joined = false;
     let mut in_cgroup = || -> Step {
@@ -241,7 +244,7 @@ pub(crate) fn join_own_cgroup(tasks: &[PathBuf], unified: Option<&(PathBuf, Stri
         std::fs::write(f, "0").map_err(|e| format!("join cgroup: write 0 to {}: {e}", f.display()))?;
     }
     if let Some((procs, path)) = unified {
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let own = crate::sys::fs::read_proc("/proc/self/cgroup").unwrap_or_default();
         let placed = own.lines().any(|l| l.strip_prefix("0::").is_some_and(|p| p == path));
         if !placed {
             std::fs::write(procs, "0").map_err(|e| format!("join cgroup: write 0 to {}: {e}", procs.display()))?;

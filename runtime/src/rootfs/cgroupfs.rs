@@ -12,19 +12,11 @@ use std::path::Path;
 use nix::mount::MsFlags;
 
 use super::{Options, Result};
-use crate::sys::fs::{fd_path, Root};
+use crate::cgroups::Mount as Hierarchy;
+use crate::sys::fs::{fd_path, read_proc, Root};
 use crate::sys::mount::{mount as sys_mount, MountOptions};
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x63677270;
-
-struct Hierarchy {
-    /// Host mount point, e.g. /sys/fs/cgroup/cpu,cpuacct
-    mount_point: String,
-    /// "cgroup" or "cgroup2"
-    fstype: String,
-    /// Controller options for a v1 mount, e.g. "cpu,cpuacct"
-    options: String,
-}
 
 pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Options) -> Result<()> {
     let unified = nix::sys::statfs::statfs("/sys/fs/cgroup")
@@ -40,19 +32,22 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
     }
     let base = flags & (MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC);
     sys_mount(Some("tmpfs"), &fd_path(&target), Some("tmpfs"), base, Some("mode=755"), &shown).map_err(|e| e.to_string())?;
-    for h in hierarchies()? {
-        let name = Path::new(&h.mount_point).file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+    // The runtime's view of the host's hierarchies, taken before the clone;
+    // this mount namespace started as a copy of that one.
+    for h in o.cgroup_hierarchies {
+        let name = h.dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
         if name.is_empty() {
             continue;
         }
         let sub = dest.join(&name);
         let fd = root.mkdir_all(&sub, 0o755).map_err(|e| e.to_string())?;
-        let data = if h.fstype == "cgroup" { Some(h.options.as_str()) } else { None };
+        let (fstype, data) = if h.v2 { ("cgroup2", None) } else { ("cgroup", Some(h.options.as_str())) };
         let fresh = o.cgroup_ns
-            && sys_mount(Some("cgroup"), &fd_path(&fd), Some(&h.fstype), flags, data, &root.describe(&sub)).is_ok();
+            && sys_mount(Some("cgroup"), &fd_path(&fd), Some(fstype), flags, data, &root.describe(&sub)).is_ok();
         if !fresh {
-            let own = own_cgroup(&h)?;
-            bind_host(root, &sub, &h.mount_point, &own, flags).map_err(|e| e.to_string())?;
+            let own = own_cgroup(h)?;
+            let host_mount = h.dir.to_str().ok_or("a cgroup mount point is not UTF-8")?;
+            bind_host(root, &sub, host_mount, &own, flags).map_err(|e| e.to_string())?;
         }
         // cpu,cpuacct is also reachable as cpu and cpuacct.
         if name.contains(',') {
@@ -85,36 +80,13 @@ fn bind_host(root: &Root, dest: &Path, host_mount: &str, sub: &str, flags: MsFla
     Ok(())
 }
 
-/// The v1 hierarchies and the hybrid cgroup2 mount, from mountinfo.
-fn hierarchies() -> Result<Vec<Hierarchy>> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("read mountinfo: {e}"))?;
-    let mut out = Vec::new();
-    for line in info.lines() {
-        let Some((pre, post)) = line.split_once(" - ") else { continue };
-        let mount_point = pre.split(' ').nth(4).unwrap_or_default();
-        let mut post = post.split(' ');
-        let fstype = post.next().unwrap_or_default();
-        let super_opts = post.nth(1).unwrap_or_default();
-        if !mount_point.starts_with("/sys/fs/cgroup/") || !(fstype == "cgroup" || fstype == "cgroup2") {
-            continue;
-        }
-        let options = super_opts
-            .split(',')
-            .filter(|o| !matches!(*o, "rw" | "ro") && !o.starts_with("release_agent"))
-            .collect::<Vec<_>>()
-            .join(",");
-        out.push(Hierarchy { mount_point: mount_point.to_string(), fstype: fstype.to_string(), options });
-    }
-    Ok(out)
-}
-
 /// This process's cgroup in hierarchy `h`, from /proc/self/cgroup.
 fn own_cgroup(h: &Hierarchy) -> Result<String> {
-    let cg = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
+    let cg = read_proc("/proc/self/cgroup").map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
     for line in cg.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, ctrls, path) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or("/"));
-        let matches = if h.fstype == "cgroup2" {
+        let matches = if h.v2 {
             ctrls.is_empty()
         } else {
             let wanted: Vec<&str> = h.options.split(',').collect();

@@ -35,6 +35,8 @@ pub(crate) struct Options<'a> {
     pub in_user_ns: bool,
     /// A private cgroup namespace: `cgroup` mounts show its root.
     pub cgroup_ns: bool,
+    /// The host's cgroup hierarchies, for `cgroup` mounts on v1.
+    pub cgroup_hierarchies: &'a [crate::cgroups::Mount],
 }
 
 /// Turns the bundle's rootfs into a populated mount tree: propagation, the

@@ -155,6 +155,16 @@ pub(crate) fn open_path(path: &Path, flags: OFlag) -> Result<OwnedFd, SysError> 
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Reads a procfs or cgroupfs file whole. They report a size of 0, so
+/// `read_to_string` would start from a 32-byte probe and grow, paying a
+/// system call per doubling; one page-sized buffer takes most in one read.
+pub(crate) fn read_proc(path: impl AsRef<Path>) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(8192);
+    std::fs::File::open(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// `/proc/self/fd/N`: how a mount or a re-open names an fd-resolved object.
 pub(crate) fn fd_path(fd: &impl AsRawFd) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
