@@ -1513,7 +1513,7 @@ fn seccomp_allowlist_is_on() {
         format!(
             "default: {:?} (exit {:?}); python3 print(2 + 2): {:?}; refused under the allowlist: {}; \
              with --no-seccomp: {}",
-            o.stdout.trim().replace('\n', " ").replace('\t', " "),
+            o.stdout.trim().replace(['\n', '\t'], " "),
             o.code(),
             py.stdout.trim(),
             show(&on_kv),

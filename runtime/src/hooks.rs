@@ -84,7 +84,7 @@ fn run(hook: &Hook, state_json: &[u8]) -> std::result::Result<(), String> {
         // that's its business, not an error.
         let _ = stdin.write_all(state_json);
     }
-    let deadline = hook.timeout().map(|t| Instant::now() + Duration::from_secs(t as u64));
+    let deadline = hook.timeout().and_then(|t| u64::try_from(t).ok()).map(|t| Instant::now() + Duration::from_secs(t));
     let status = loop {
         match child.try_wait().map_err(|e| format!("wait: {e}"))? {
             Some(s) => break s,

@@ -113,3 +113,10 @@ pub(crate) fn copy_winsize(from: RawFd, to: RawFd) {
         let _ = sys::set_winsize(to, &ws);
     }
 }
+
+/// `process.consoleSize` as (rows, columns); a terminal can't be larger
+/// than 65535 either way.
+pub(crate) fn console_size(b: &oci_spec::runtime::Box) -> (u16, u16) {
+    let clamp = |n: u64| u16::try_from(n).unwrap_or(u16::MAX);
+    (clamp(b.height()), clamp(b.width()))
+}

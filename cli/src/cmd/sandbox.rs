@@ -9,7 +9,7 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     match c {
         SandboxCommand::Run(a) => {
             let mut opts = options(&a.size)?;
-            opts.output_cap = parse_size(&a.output_cap)? as usize;
+            opts.output_cap = usize::try_from(parse_size(&a.output_cap)?).unwrap_or(usize::MAX);
             let res = if a.pool {
                 sandbox::run_pooled(root, &opts, &a.command, a.json)?
             } else {

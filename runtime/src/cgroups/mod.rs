@@ -73,8 +73,9 @@ pub enum CgroupError {
     Manager {
         op: &'static str,
         path: String,
+        /// Boxed: libcgroups' error is several hundred bytes.
         #[source]
-        source: AnyManagerError,
+        source: Box<AnyManagerError>,
     },
     /// A cgroupfs file or directory this module handles itself.
     #[error("cgroup: {op} {}: {source}", path.display())]
@@ -266,7 +267,7 @@ impl Cgroup {
     }
 
     fn err(&self, op: &'static str) -> impl FnOnce(AnyManagerError) -> CgroupError + '_ {
-        move |source| CgroupError::Manager { op, path: self.recorded.clone(), source }
+        move |source| CgroupError::Manager { op, path: self.recorded.clone(), source: Box::new(source) }
     }
 
     /// v2 cgroupfs driver: makes the cgroup, applies the limits and returns
@@ -595,7 +596,7 @@ fn inherit_cpuset(dir: &Path) -> Result<()> {
 
 /// Every pid in `dir`'s cgroup.procs and in its sub-cgroups'.
 fn collect_procs(dir: &Path, out: &mut Vec<i32>) {
-    let text = crate::sys::fs::read_proc(&dir.join("cgroup.procs")).unwrap_or_default();
+    let text = crate::sys::fs::read_proc(dir.join("cgroup.procs")).unwrap_or_default();
     out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {

@@ -297,7 +297,7 @@ fn init_config<'a>(
         cgroup_tasks: Vec::new(),
         cgroup_unified: None,
         cgroup_hierarchies: Vec::new(),
-        console_size: process.console_size().map(|b| (b.height() as u16, b.width() as u16)),
+        console_size: process.console_size().as_ref().map(crate::tty::console_size),
         seccomp: crate::seccomp::Filter::from_spec(spec)?,
     })
 }

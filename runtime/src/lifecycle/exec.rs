@@ -384,7 +384,7 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         no_new_privs: p.no_new_privileges().unwrap_or(false),
         preserved_fds: preserve_fds,
         console,
-        console_size: p.console_size().map(|b| (b.height() as u16, b.width() as u16)),
+        console_size: p.console_size().as_ref().map(crate::tty::console_size),
         stdio: None,
         seccomp: None,
         cgroup_tasks: Vec::new(),

@@ -108,7 +108,12 @@ pub fn parse_bytes(s: &str) -> std::result::Result<i64, String> {
         _ => return Err(format!("invalid size {s:?}")),
     };
     let n: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
-    Ok((n * mult) as i64)
+    let bytes = (n * mult).round();
+    if !(0.0..=i64::MAX as f64).contains(&bytes) {
+        return Err(format!("invalid size {s:?}: out of range"));
+    }
+    #[allow(clippy::cast_possible_truncation, reason = "in range, checked above")]
+    Ok(bytes as i64)
 }
 
 /// Lays `upd` over `base`: every field `upd` sets wins, the rest stays.
@@ -117,8 +122,8 @@ pub fn parse_bytes(s: &str) -> std::result::Result<i64, String> {
 pub(crate) fn merge(base: &LinuxResources, upd: &LinuxResources) -> LinuxResources {
     let mut out = base.clone();
     if let Some(u) = upd.memory() {
-        let old = base.memory().clone().unwrap_or_default();
-        let mut m = old.clone();
+        let old = base.memory().unwrap_or_default();
+        let mut m = old;
         m.set_limit(u.limit().or(old.limit()))
             .set_reservation(u.reservation().or(old.reservation()))
             .set_swap(u.swap().or(old.swap()))
@@ -148,7 +153,7 @@ pub(crate) fn merge(base: &LinuxResources, upd: &LinuxResources) -> LinuxResourc
         out.set_cpu(Some(c));
     }
     if upd.pids().is_some() {
-        out.set_pids(upd.pids().clone());
+        out.set_pids(*upd.pids());
     }
     if let Some(u) = upd.block_io() {
         let old = base.block_io().clone().unwrap_or_default();

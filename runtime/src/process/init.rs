@@ -255,9 +255,9 @@ pub(crate) fn join_own_cgroup(tasks: &[PathBuf], unified: Option<&(PathBuf, Stri
 
 /// Makes `fds` our stdin, stdout and stderr (dup2 clears close-on-exec).
 pub(crate) fn take_stdio(fds: [std::os::fd::RawFd; 3]) -> Step {
-    for (target, fd) in fds.into_iter().enumerate() {
-        if fd != target as i32 {
-            nix::unistd::dup2(fd, target as i32).map_err(|e| format!("dup2 stdio fd {fd} to {target}: {e}"))?;
+    for (target, fd) in (0..).zip(fds) {
+        if fd != target {
+            nix::unistd::dup2(fd, target).map_err(|e| format!("dup2 stdio fd {fd} to {target}: {e}"))?;
         }
     }
     Ok(())

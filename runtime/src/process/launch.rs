@@ -165,6 +165,7 @@ fn clone_init(spec: &Spec, plan: &namespaces::Plan, cgroup: Option<std::os::fd::
         restore.push(namespaces::Join { typ: j.typ, fd: namespaces::open_own(name)? });
         namespaces::setns(j)?;
     }
+    #[allow(clippy::cast_sign_loss, reason = "flag bits, none of them the sign bit")]
     let mut flags = plan.clone_flags.bits() as u64;
     if plan.is_new(LinuxNamespaceType::Time) {
         match spec.linux().as_ref().and_then(|l| l.time_offsets().as_ref()) {

@@ -20,7 +20,7 @@ const CGROUP2_SUPER_MAGIC: i64 = 0x63677270;
 
 pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Options) -> Result<()> {
     let unified = nix::sys::statfs::statfs("/sys/fs/cgroup")
-        .map(|s| s.filesystem_type().0 as i64 == CGROUP2_SUPER_MAGIC)
+        .map(|s| s.filesystem_type().0 == CGROUP2_SUPER_MAGIC)
         .unwrap_or(false);
     let target = root.mkdir_all(dest, 0o755).map_err(|e| e.to_string())?;
     let shown = root.describe(dest);

@@ -58,12 +58,14 @@ pub(super) fn populate(root: &Root, o: &Options) -> Result<()> {
             LinuxDeviceType::A => return Err(format!("linux.devices {}: type \"a\" is not a device", d.path().display())),
         };
         let path = d.path().to_str().ok_or("linux.devices: path is not UTF-8")?.to_string();
+        let major = u64::try_from(d.major()).map_err(|_| format!("linux.devices {path}: major {} is negative", d.major()))?;
+        let minor = u64::try_from(d.minor()).map_err(|_| format!("linux.devices {path}: minor {} is negative", d.minor()))?;
         nodes.retain(|n| n.path != path);
         nodes.push(Node {
             path,
             kind,
-            major: d.major() as u64,
-            minor: d.minor() as u64,
+            major,
+            minor,
             mode: d.file_mode().unwrap_or(0o666),
             uid: d.uid().unwrap_or(0),
             gid: d.gid().unwrap_or(0),

@@ -121,7 +121,12 @@ pub fn parse_size(s: &str) -> Result<u64> {
     if !n.is_finite() || n <= 0.0 {
         return Err(bad());
     }
-    Ok((n * mult as f64) as u64)
+    let bytes = (n * mult as f64).round();
+    if bytes >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "positive and in range, checked above")]
+    Ok(bytes as u64)
 }
 
 /// `10s`, `500ms`, `2m`, `1h30m`; a bare number means seconds.

@@ -12,7 +12,10 @@ const PREFIX: &str = "pool";
 
 /// A key for the sizes, so a run only takes a sandbox made to its measure.
 fn key(o: &SandboxOptions) -> String {
-    format!("{PREFIX}{}m{}c{}p", o.memory >> 20, (o.cpus * 100.0) as u64, o.pids)
+    // Hundredths of a CPU; options made cpus positive and finite.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a small positive number")]
+    let centi = (o.cpus * 100.0).round() as u64;
+    format!("{PREFIX}{}m{centi}c{}p", o.memory >> 20, o.pids)
 }
 
 /// Marks a pool sandbox as taken; created with O_EXCL, so only one caller

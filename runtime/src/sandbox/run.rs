@@ -286,7 +286,7 @@ fn finish(
         Some(WaitStatus::Signaled(_, sig, _)) => res.signal = Some(sig.as_str().to_string()),
         _ => {}
     }
-    res.duration_ms = started.elapsed().as_millis() as u64;
+    res.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let usage = rt.peek(id)?.usage();
     res.cpu_ms = usage.cpu_ns / 1_000_000;
     res.peak_memory_bytes = usage.peak_memory;

@@ -170,6 +170,8 @@ fn spec_json(id: &str, root: &Path, opts: &SandboxOptions, args: &[String], moun
         "LANG=C.UTF-8".to_string(),
     ];
     env.extend(opts.env.iter().cloned());
+    // Options made cpus positive and finite; `as` saturates anyway.
+    #[allow(clippy::cast_possible_truncation, reason = "a quota in microseconds per 100 ms period")]
     let quota = (opts.cpus * 100_000.0).round().max(1000.0) as i64;
     let map = json!([{"containerID": 0, "hostID": HOST_ID_BASE, "size": ID_RANGE}]);
     let mut annotations = json!({"org.tinyrun.sandbox": "true"});

@@ -17,6 +17,17 @@ const HANDOVER_SYSCALLS: &[&str] = &["sendto", "sendmsg"];
 /// Syscall arguments are numbered 0 to 5.
 const MAX_ARG_INDEX: usize = 5;
 
+/// The flag bits as `seccomp(2)` takes them (libc declares them `c_ulong`).
+#[allow(clippy::cast_possible_truncation, reason = "single low bits")]
+const NEW_LISTENER: u32 = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32;
+#[allow(clippy::cast_possible_truncation, reason = "single low bits")]
+const SPEC_ALLOW: u32 = libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW as u32;
+
+/// An argument's index for libseccomp (checked against MAX_ARG_INDEX).
+fn arg_index(a: &LinuxSeccompArg) -> u32 {
+    u32::try_from(a.index()).unwrap_or(u32::MAX)
+}
+
 /// Structural checks that need neither libseccomp nor the kernel (run by
 /// config validation, and again by [`compile`]).
 pub(crate) fn check(s: &LinuxSeccomp) -> Result<()> {
@@ -91,13 +102,13 @@ fn check_errno(field: &str, action: Act, errno: Option<u32>) -> Result<()> {
 
 /// The libseccomp action for a spec action (errnoRet checked already).
 fn action(a: Act, errno: Option<u32>) -> ScmpAction {
-    let ret = errno.map_or(libc::EPERM, |e| e as i32);
+    let ret = errno.and_then(|e| i32::try_from(e).ok()).unwrap_or(libc::EPERM);
     match a {
         Act::ScmpActKill | Act::ScmpActKillThread => ScmpAction::KillThread,
         Act::ScmpActKillProcess => ScmpAction::KillProcess,
         Act::ScmpActTrap => ScmpAction::Trap,
         Act::ScmpActErrno => ScmpAction::Errno(ret),
-        Act::ScmpActTrace => ScmpAction::Trace(ret as u16),
+        Act::ScmpActTrace => ScmpAction::Trace(u16::try_from(ret).unwrap_or(u16::MAX)),
         Act::ScmpActNotify => ScmpAction::Notify,
         Act::ScmpActLog => ScmpAction::Log,
         Act::ScmpActAllow => ScmpAction::Allow,
@@ -115,7 +126,7 @@ pub(super) fn flag_bits(name: &str) -> Option<u32> {
         }
         _ => return None,
     };
-    Some(bits as u32)
+    u32::try_from(bits).ok()
 }
 
 /// Checks, compiles and exports the filter.
@@ -151,7 +162,7 @@ pub(super) fn compile(s: &LinuxSeccomp) -> Result<Filter> {
         path: s.listener_path().clone().unwrap_or_default(),
         metadata: s.listener_metadata().clone(),
     });
-    let flags = if listener.is_some() { flags | libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32 } else { flags };
+    let flags = if listener.is_some() { flags | NEW_LISTENER } else { flags };
     Ok(Filter { program, flags, listener })
 }
 
@@ -159,7 +170,7 @@ pub(super) fn compile(s: &LinuxSeccomp) -> Result<Filter> {
 /// `flags` means SPEC_ALLOW when the kernel has it (runc's default).
 fn filter_flags(s: &LinuxSeccomp) -> Result<u32> {
     let Some(list) = s.flags() else {
-        let spec_allow = libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW as u32;
+        let spec_allow = SPEC_ALLOW;
         return Ok(if flag_supported(spec_allow) { spec_allow } else { 0 });
     };
     let mut bits = 0;
@@ -211,10 +222,10 @@ fn condition(a: &LinuxSeccompArg) -> ScmpArgCompare {
         Op::ScmpCmpGe => ScmpCompareOp::GreaterEqual,
         Op::ScmpCmpGt => ScmpCompareOp::Greater,
         Op::ScmpCmpMaskedEq => {
-            return ScmpArgCompare::new(a.index() as u32, ScmpCompareOp::MaskedEqual(a.value()), a.value_two().unwrap_or(0))
+            return ScmpArgCompare::new(arg_index(a), ScmpCompareOp::MaskedEqual(a.value()), a.value_two().unwrap_or(0))
         }
     };
-    ScmpArgCompare::new(a.index() as u32, op, a.value())
+    ScmpArgCompare::new(arg_index(a), op, a.value())
 }
 
 /// libseccomp writes the program to an fd; read it back from a memfd.

@@ -1,5 +1,6 @@
 //! Conversion checks (no kernel involved) and filters loaded for real in a
 //! forked child, which sets no_new_privs first so no privilege is needed.
+#![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "small flag bits and test pids")]
 
 use std::os::fd::AsFd;
 

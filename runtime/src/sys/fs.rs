@@ -174,7 +174,9 @@ fn openat2(dirfd: RawFd, path: &Path, flags: OFlag, resolve: u64) -> Result<Owne
     let cpath = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Errno::EINVAL)?;
     // SAFETY: open_how is a plain C struct; zeroing it gives mode 0.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | OFlag::O_CLOEXEC).bits() as u64;
+    #[allow(clippy::cast_sign_loss, reason = "open flag bits, none of them the sign bit")]
+    let flag_bits = (flags | OFlag::O_CLOEXEC).bits() as u64;
+    how.flags = flag_bits;
     how.resolve = resolve;
     loop {
         // SAFETY: cpath and how outlive the call, and the size matches the struct.
@@ -188,8 +190,10 @@ fn openat2(dirfd: RawFd, path: &Path, flags: OFlag, resolve: u64) -> Result<Owne
             )
         };
         if ret >= 0 {
+            #[allow(clippy::cast_possible_truncation, reason = "the kernel returns an int fd")]
+            let fd = ret as RawFd;
             // SAFETY: a fresh fd from the kernel.
-            return Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) });
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
         }
         match Errno::last() {
             // RESOLVE_IN_ROOT asks to retry when a rename raced the walk.

@@ -55,7 +55,7 @@ pub(crate) fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, Sy
     };
     if let Some(fd) = cgroup {
         args.flags |= CLONE_INTO_CGROUP;
-        args.cgroup = fd as u64;
+        args.cgroup = u64::try_from(fd).map_err(|_| SysError::new("clone3", format_args!("cgroup fd {fd}"), Errno::EBADF))?;
     }
     // SAFETY: with a zero stack, clone3 behaves like fork: the child resumes
     // here on a private copy of this (single-threaded) process. `args` lives
@@ -83,7 +83,11 @@ pub(crate) fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, Sy
     match ret {
         -1 => Err(SysError::new("clone3", format_args!("flags={flags:#x}"), Errno::last())),
         0 => Ok(Forked::Child),
-        pid => Ok(Forked::Parent(Pid::from_raw(pid as i32))),
+        pid => {
+            #[allow(clippy::cast_possible_truncation, reason = "the kernel returns an int pid")]
+            let pid = pid as libc::pid_t;
+            Ok(Forked::Parent(Pid::from_raw(pid)))
+        }
     }
 }
 
@@ -95,8 +99,10 @@ pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd, SysError> {
     if ret < 0 {
         return Err(SysError::new("pidfd_open", pid, Errno::last()));
     }
+    #[allow(clippy::cast_possible_truncation, reason = "the kernel returns an int fd")]
+    let fd = ret as RawFd;
     // SAFETY: on success the kernel returned a fresh fd that we now own.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Sends `sig` through a pidfd, so the signal can't reach a recycled pid.
@@ -262,8 +268,10 @@ pub(crate) fn loopback_up() -> Result<(), SysError> {
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(SysError::new("ioctl SIOCGIFFLAGS", "lo", Errno::last()));
     }
+    #[allow(clippy::cast_possible_truncation, reason = "interface flags in the low 16 bits")]
+    let up = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
     // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS just set.
-    unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    unsafe { req.ifr_ifru.ifru_flags |= up };
     // SAFETY: SIOCSIFFLAGS reads the ifreq we pass by pointer.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
         return Err(SysError::new("ioctl SIOCSIFFLAGS", "lo", Errno::last()));

@@ -6,7 +6,7 @@
 //! at that point, and the flags passed are exactly the ones asked for.
 #![allow(unsafe_code)]
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
@@ -33,8 +33,10 @@ pub(crate) fn set_filter(prog: &[libc::sock_filter], flags: u32) -> Result<Optio
     if flags as libc::c_ulong & libc::SECCOMP_FILTER_FLAG_NEW_LISTENER == 0 {
         return Ok(None);
     }
+    #[allow(clippy::cast_possible_truncation, reason = "the kernel returns an int fd")]
+    let fd = ret as RawFd;
     // SAFETY: with NEW_LISTENER a successful call returns a fresh fd we own.
-    Ok(Some(unsafe { OwnedFd::from_raw_fd(ret as i32) }))
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// Whether the running kernel accepts filter `flags`: a NULL program makes
