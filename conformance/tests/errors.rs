@@ -222,3 +222,18 @@ fn run_with_bad_config_fails_cleanly() {
     assert_one_line_error(&o, "/nonexistent/rootfs");
     rt.assert_nothing_left(&b.id);
 }
+
+/// A device with a negative major number is refused by name, not made as
+/// some huge number; nothing is left behind.
+#[test]
+fn negative_device_number_is_refused() {
+    require_root!();
+    let rt = Runtime::new("negdev");
+    let b = rt.bundle(&["/bin/probe", "exit", "0"]);
+    b.config_mut(|c| {
+        c["linux"]["devices"] = serde_json::json!([{"path": "/dev/odd", "type": "c", "major": -1, "minor": 3}]);
+    });
+    let o = rt.create(&b).expect_err("a negative major");
+    assert_one_line_error(&o, "/dev/odd: major -1 is negative");
+    rt.assert_nothing_left(&b.id);
+}

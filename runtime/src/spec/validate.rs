@@ -15,11 +15,26 @@ pub(crate) fn validate(spec: &Spec) -> Result<()> {
     check_process(spec)?;
     check_namespaces(spec)?;
     check_mounts(spec)?;
+    check_devices(spec)?;
     check_sysctl(spec)?;
     check_hooks(spec)?;
     check_resources(spec)?;
     check_security(spec)?;
     check_unsupported(spec)?;
+    Ok(())
+}
+
+/// Device numbers the kernel can take: `makedev` and the device cgroup
+/// would turn a negative one into a different, huge number.
+fn check_devices(spec: &Spec) -> Result<()> {
+    let devices = spec.linux().as_ref().and_then(|l| l.devices().as_ref());
+    for d in devices.into_iter().flatten() {
+        for (what, n) in [("major", d.major()), ("minor", d.minor())] {
+            if n < 0 {
+                return Err(invalid(format!("linux.devices {}: {what} {n} is negative", d.path().display())));
+            }
+        }
+    }
     Ok(())
 }
 
