@@ -500,7 +500,8 @@ pub(crate) fn normalize(cmd: &clap::Command, argv: Vec<String>) -> Vec<String> {
                     scope.get_arguments().find(|a| a.get_long() == Some(name.as_str())).cloned()
                 };
                 if let Some(a) = found {
-                    let takes_value = a.get_action().takes_values() && a.get_num_args().is_none_or(|n| n.min_values() > 0);
+                    let takes_value =
+                        a.get_action().takes_values() && a.get_num_args().is_none_or(|n| n.min_values() > 0);
                     expect_value = takes_value && val.is_none();
                     // Spell every flag the long way, so `-e=X` or `-cwd` can't
                     // be read as a cluster of short flags.
@@ -562,8 +563,18 @@ mod tests {
     #[test]
     fn parses_go_style_forms() {
         let c = Cli::try_parse_from(norm(&[
-            "tinyrun", "--root=/r", "-debug", "--criu", "criu", "run", "--detach=true", "--keep", "--keep", "id1",
-            "-b", "/b",
+            "tinyrun",
+            "--root=/r",
+            "-debug",
+            "--criu",
+            "criu",
+            "run",
+            "--detach=true",
+            "--keep",
+            "--keep",
+            "id1",
+            "-b",
+            "/b",
         ]))
         .unwrap();
         assert!(c.debug);

@@ -52,7 +52,10 @@ impl Logger {
             Some(f) => {
                 let mut f: &File = f;
                 let _ = writeln!(f, "{line}");
-                eprintln!("time={:?} level=error msg={msg:?}", humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string());
+                eprintln!(
+                    "time={:?} level=error msg={msg:?}",
+                    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+                );
             }
             None => eprintln!("{line}"),
         }

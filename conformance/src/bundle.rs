@@ -36,11 +36,7 @@ impl Bundle {
     pub fn config_mut(&self, f: impl FnOnce(&mut Value)) -> &Self {
         let mut c = self.config();
         f(&mut c);
-        fs::write(
-            self.config_path(),
-            serde_json::to_string_pretty(&c).expect("serialize"),
-        )
-        .expect("write config");
+        fs::write(self.config_path(), serde_json::to_string_pretty(&c).expect("serialize")).expect("write config");
         self
     }
 
@@ -51,20 +47,14 @@ impl Bundle {
 
     /// The rootfs directory on the host (root.path resolved against the bundle).
     pub fn rootfs(&self) -> PathBuf {
-        self.dir
-            .join(self.config()["root"]["path"].as_str().expect("root.path"))
+        self.dir.join(self.config()["root"]["path"].as_str().expect("root.path"))
     }
 
     /// Give the bundle its own writable copy of the rootfs at `<bundle>/rootfs` (root.path
     /// becomes the relative "rootfs", readonly false). Returns its host path.
     pub fn writable_rootfs(&self) -> PathBuf {
         let dst = self.dir.join("rootfs");
-        let st = Command::new("cp")
-            .arg("-a")
-            .arg(shared_rootfs())
-            .arg(&dst)
-            .status()
-            .expect("cp");
+        let st = Command::new("cp").arg("-a").arg(shared_rootfs()).arg(&dst).status().expect("cp");
         assert!(st.success(), "cp -a rootfs failed");
         self.config_mut(|c| c["root"] = serde_json::json!({"path": "rootfs", "readonly": false}));
         dst
@@ -72,12 +62,7 @@ impl Bundle {
 
     /// Remove namespace `kind` from linux.namespaces.
     pub fn without_ns(&self, kind: &str) -> &Self {
-        self.config_mut(|c| {
-            c["linux"]["namespaces"]
-                .as_array_mut()
-                .expect("namespaces")
-                .retain(|n| n["type"] != kind)
-        })
+        self.config_mut(|c| c["linux"]["namespaces"].as_array_mut().expect("namespaces").retain(|n| n["type"] != kind))
     }
 
     /// Append a mount to `mounts`.
@@ -95,13 +80,9 @@ pub fn shared_rootfs() -> &'static Path {
         fs::create_dir_all(&target).expect("mkdir target");
         let dir = target.join("conformance-rootfs");
         let lock = File::create(target.join("conformance-rootfs.lock")).expect("lock file");
-        let _locked = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .expect("flock");
-        let st = Command::new(workspace_root().join("bundles/mkrootfs"))
-            .arg(&dir)
-            .status()
-            .expect("run mkrootfs");
+        let _locked =
+            nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("flock");
+        let st = Command::new(workspace_root().join("bundles/mkrootfs")).arg(&dir).status().expect("run mkrootfs");
         assert!(st.success(), "mkrootfs {} failed", dir.display());
         dir // the lock is released when `_locked` is dropped
     })

@@ -8,10 +8,7 @@ use std::time::Duration;
 /// Every pid in /proc.
 pub(crate) fn all_pids() -> Vec<i32> {
     fs::read_dir("/proc")
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
         .unwrap_or_default()
 }
 
@@ -35,32 +32,18 @@ pub(crate) fn proc_starttime(pid: i32) -> Option<u64> {
 /// The argv of PID (empty if gone or a zombie).
 pub fn cmdline(pid: i32) -> Vec<String> {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    raw.split(|b| *b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect()
+    raw.split(|b| *b == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
 }
 
 /// Existing cgroup directories for container `id`: `/sys/fs/cgroup[/<hierarchy>]/tinyrun-test/<id>`.
 pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
-    assert!(
-        !id.is_empty() && !id.contains('/') && id != "." && id != "..",
-        "bad id {id:?}"
-    );
+    assert!(!id.is_empty() && !id.contains('/') && id != "." && id != "..", "bad id {id:?}");
     let base = Path::new("/sys/fs/cgroup");
     let mut roots = vec![base.to_path_buf()];
     if let Ok(d) = fs::read_dir(base) {
-        roots.extend(
-            d.filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| p.is_dir()),
-        );
+        roots.extend(d.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()));
     }
-    roots
-        .into_iter()
-        .map(|r| r.join("tinyrun-test").join(id))
-        .filter(|p| p.is_dir())
-        .collect()
+    roots.into_iter().map(|r| r.join("tinyrun-test").join(id)).filter(|p| p.is_dir()).collect()
 }
 
 /// Kill what is left inside container `id`'s cgroups (only there, never pid 1 or ourselves),
@@ -75,10 +58,7 @@ pub(crate) fn remove_cgroup(id: &str) {
                 break;
             }
             for p in procs {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(p),
-                    nix::sys::signal::SIGKILL,
-                );
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -28,25 +28,17 @@ pub use runtime::{Out, Running, Runtime};
 
 /// How long one runtime invocation may take before the test fails (`TINYRUN_TIMEOUT`, seconds).
 pub(crate) fn invocation_timeout() -> Duration {
-    let secs = std::env::var("TINYRUN_TIMEOUT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
+    let secs = std::env::var("TINYRUN_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
     Duration::from_secs(secs)
 }
 
 /// The workspace root (the parent of this crate's manifest directory).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("conformance/ has a parent")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("conformance/ has a parent").to_path_buf()
 }
 
 pub(crate) fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// The runtime binary under test: `$TINYRUN_BIN`, else `<target>/debug/tinyrun`.
@@ -89,17 +81,11 @@ pub fn kernel_has_ns(kind: &str) -> bool {
 
 /// Parse `key=value` lines (probe output) into a map; other lines are ignored.
 pub fn kv(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
+    text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect()
 }
 
 /// In the runtime's child, make `src` appear as fd `dst` (without CLOEXEC).
-pub fn pass_fds(
-    cmd: &mut std::process::Command,
-    fds: Vec<(std::os::fd::RawFd, std::os::fd::RawFd)>,
-) {
+pub fn pass_fds(cmd: &mut std::process::Command, fds: Vec<(std::os::fd::RawFd, std::os::fd::RawFd)>) {
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
     // fcntl/dup2 on fds that stay open in the parent until spawn returns.
     unsafe {

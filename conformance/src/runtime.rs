@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::host::{
-    all_pids, cgroup_dirs, cmdline, mounts_under, pid_alive, proc_starttime, proc_stat_fields,
-    remove_cgroup,
+    all_pids, cgroup_dirs, cmdline, mounts_under, pid_alive, proc_starttime, proc_stat_fields, remove_cgroup,
 };
 use crate::{invocation_timeout, kv, runtime_bin, shared_rootfs, workspace_root, Bundle};
 
@@ -53,21 +52,14 @@ impl Out {
     #[track_caller]
     pub fn expect_err(self, what: &str) -> Self {
         assert!(!self.ok(), "{what}: expected failure\n{self}");
-        assert!(
-            self.code().is_some(),
-            "{what}: runtime died from a signal\n{self}"
-        );
+        assert!(self.code().is_some(), "{what}: runtime died from a signal\n{self}");
         self
     }
 }
 
 impl std::fmt::Display for Out {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "$ {}\n{}\n--- stdout\n{}--- stderr\n{}---",
-            self.argv, self.status, self.stdout, self.stderr
-        )
+        write!(f, "$ {}\n{}\n--- stdout\n{}--- stderr\n{}---", self.argv, self.status, self.stdout, self.stderr)
     }
 }
 
@@ -121,9 +113,7 @@ impl Owned {
     /// be reused while the group has members, so it is ours unless its leader pid now belongs
     /// to a different process (different start time).
     fn is_our_group(&self, g: i32) -> bool {
-        self.spawned
-            .iter()
-            .any(|(pid, start)| *pid == g && proc_starttime(g).is_none_or(|s| s == *start))
+        self.spawned.iter().any(|(pid, start)| *pid == g && proc_starttime(g).is_none_or(|s| s == *start))
     }
 }
 
@@ -146,10 +136,7 @@ impl Runtime {
             "runtime binary {} not found: build it (cargo build -p tinyrun-cli) or set TINYRUN_BIN",
             bin.display()
         );
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("tinyrun-ct-{name}-"))
-            .tempdir()
-            .expect("tempdir");
+        let dir = tempfile::Builder::new().prefix(&format!("tinyrun-ct-{name}-")).tempdir().expect("tempdir");
         let work = dir.path().to_path_buf();
         let root = work.join("root");
         let rt = Runtime {
@@ -158,10 +145,7 @@ impl Runtime {
             root,
             work,
             seq: Cell::new(0),
-            owned: RefCell::new(Owned {
-                dirs: vec![dir],
-                ..Default::default()
-            }),
+            owned: RefCell::new(Owned { dirs: vec![dir], ..Default::default() }),
         };
         fs::create_dir(&rt.root).expect("mkdir root");
         rt
@@ -209,10 +193,7 @@ impl Runtime {
 
     /// A new empty directory, removed on drop.
     pub fn tempdir(&self) -> PathBuf {
-        let d = tempfile::Builder::new()
-            .prefix("d")
-            .tempdir_in(&self.work)
-            .expect("tempdir");
+        let d = tempfile::Builder::new().prefix("d").tempdir_in(&self.work).expect("tempdir");
         let p = d.path().to_path_buf();
         self.owned.borrow_mut().dirs.push(d);
         p
@@ -237,9 +218,7 @@ impl Runtime {
     /// `<bin> args...` with the tag set, stdin from /dev/null; no `--root`.
     pub fn command_raw(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bin);
-        c.args(args)
-            .env("TINYRUN_CONFORMANCE_TAG", &self.tag)
-            .stdin(Stdio::null());
+        c.args(args).env("TINYRUN_CONFORMANCE_TAG", &self.tag).stdin(Stdio::null());
         c
     }
 
@@ -265,12 +244,7 @@ impl Runtime {
         // Not yet reaped by us, so /proc/<pid> exists.
         let start = proc_starttime(pid).unwrap_or(0);
         self.owned.borrow_mut().spawned.push((pid, start));
-        Running {
-            child,
-            stdout,
-            stderr,
-            argv,
-        }
+        Running { child, stdout, stderr, argv }
     }
 
     /// Run `<bin> --root R args...` in the background.
@@ -312,12 +286,7 @@ impl Runtime {
         assert!(st.success(), "mkbundle failed: {st}");
         let b = Bundle { dir, id };
         let tag = format!("TINYRUN_CONFORMANCE_TAG={}", self.tag);
-        b.config_mut(|c| {
-            c["process"]["env"]
-                .as_array_mut()
-                .expect("process.env")
-                .push(tag.into())
-        });
+        b.config_mut(|c| c["process"]["env"].as_array_mut().expect("process.env").push(tag.into()));
         b
     }
 
@@ -353,8 +322,7 @@ impl Runtime {
     /// `state.status`, or None if `state` failed.
     #[track_caller]
     pub fn status(&self, id: &str) -> Option<String> {
-        self.state(id)
-            .map(|s| s["status"].as_str().unwrap_or("").to_string())
+        self.state(id).map(|s| s["status"].as_str().unwrap_or("").to_string())
     }
 
     /// Poll `state` until the status is `want` (10 s), returning the state.
@@ -366,10 +334,7 @@ impl Runtime {
             if st.as_ref().is_some_and(|s| s["status"] == want) {
                 return st.unwrap();
             }
-            assert!(
-                Instant::now() < deadline,
-                "{id} never became {want}; last state: {st:?}"
-            );
+            assert!(Instant::now() < deadline, "{id} never became {want}; last state: {st:?}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -388,11 +353,7 @@ impl Runtime {
         let needle = format!("TINYRUN_CONFORMANCE_TAG={}", self.tag);
         let me = std::process::id() as i32;
         let owned = self.owned.borrow();
-        let cg_needles: Vec<String> = owned
-            .ids
-            .iter()
-            .map(|id| format!("/tinyrun-test/{id}"))
-            .collect();
+        let cg_needles: Vec<String> = owned.ids.iter().map(|id| format!("/tinyrun-test/{id}")).collect();
         let mut found = Vec::new();
         for pid in all_pids() {
             if pid == me || !pid_alive(pid) {
@@ -401,20 +362,14 @@ impl Runtime {
             let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
             let tagged = env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes());
             let cgroups = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-            let in_cgroup = cgroups
-                .lines()
-                .any(|l| cg_needles.iter().any(|n| l.ends_with(n.as_str())));
+            let in_cgroup = cgroups.lines().any(|l| cg_needles.iter().any(|n| l.ends_with(n.as_str())));
             let fields = proc_stat_fields(pid).unwrap_or_default();
             let group = [fields.get(2), fields.get(3)]
                 .into_iter()
                 .flatten()
                 .filter_map(|f| f.parse::<i32>().ok())
                 .any(|g| owned.is_our_group(g));
-            let other = cgroups.lines().any(|l| {
-                others
-                    .iter()
-                    .any(|id| l.ends_with(&format!("/tinyrun-test/{id}")))
-            });
+            let other = cgroups.lines().any(|l| others.iter().any(|id| l.ends_with(&format!("/tinyrun-test/{id}"))));
             if (tagged || in_cgroup || group) && !other && pid_alive(pid) {
                 found.push(pid);
             }
@@ -427,14 +382,7 @@ impl Runtime {
     /// cgroups of the test's other containers.
     #[track_caller]
     pub fn assert_nothing_left(&self, id: &str) {
-        let others: Vec<String> = self
-            .owned
-            .borrow()
-            .ids
-            .iter()
-            .filter(|i| *i != id)
-            .cloned()
-            .collect();
+        let others: Vec<String> = self.owned.borrow().ids.iter().filter(|i| *i != id).cloned().collect();
         let others: Vec<&str> = others.iter().map(String::as_str).collect();
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut procs = self.leftovers_except(&others);
@@ -442,17 +390,10 @@ impl Runtime {
             std::thread::sleep(Duration::from_millis(50));
             procs = self.leftovers_except(&others);
         }
-        let described: Vec<String> = procs
-            .iter()
-            .map(|p| format!("{p}: {:?}", cmdline(*p)))
-            .collect();
+        let described: Vec<String> = procs.iter().map(|p| format!("{p}: {:?}", cmdline(*p))).collect();
         assert!(described.is_empty(), "processes left behind: {described:?}");
         let state_dir = self.root.join(id);
-        assert!(
-            !state_dir.exists(),
-            "state dir {} left behind",
-            state_dir.display()
-        );
+        assert!(!state_dir.exists(), "state dir {} left behind", state_dir.display());
         let cg = cgroup_dirs(id);
         assert!(cg.is_empty(), "cgroup dirs left behind: {cg:?}");
     }
@@ -479,16 +420,12 @@ impl Drop for Runtime {
         }
         let me = std::process::id() as i32;
         for pid in self.leftovers().into_iter().filter(|p| *p > 1 && *p != me) {
-            let _ =
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
         }
         let owned = std::mem::take(&mut *self.owned.borrow_mut());
         for (pid, start) in &owned.pids {
             if *pid > 1 && proc_starttime(*pid) == Some(*start) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(*pid),
-                    nix::sys::signal::SIGKILL,
-                );
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::SIGKILL);
             }
         }
         for id in &owned.ids {
@@ -507,10 +444,7 @@ impl Drop for Runtime {
         if left.is_empty() {
             drop(owned.dirs); // removes the scratch dirs
         } else {
-            eprintln!(
-                "cleanup: NOT removing {} (still mounted: {left:?})",
-                self.work.display()
-            );
+            eprintln!("cleanup: NOT removing {} (still mounted: {left:?})", self.work.display());
             owned.dirs.into_iter().for_each(|d| drop(d.keep()));
         }
     }

@@ -31,10 +31,7 @@ fn clean(o: &Out, phrases: &[&str]) {
     assert_eq!(o.code(), Some(1), "not a clean failure\n{o}");
     let lines: Vec<&str> = o.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "one error line expected\n{o}");
-    assert!(
-        phrases.iter().any(|p| lines[0].contains(p)),
-        "error should contain one of {phrases:?}\n{o}"
-    );
+    assert!(phrases.iter().any(|p| lines[0].contains(p)), "error should contain one of {phrases:?}\n{o}");
     assert!(!o.stderr.contains("panicked"), "{o}");
 }
 
@@ -45,13 +42,9 @@ fn state_ok(o: &Out) -> Option<Value> {
     if !o.ok() {
         return None;
     }
-    let v: Value = serde_json::from_str(&o.stdout)
-        .unwrap_or_else(|e| panic!("state output is not JSON ({e})\n{o}"));
+    let v: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("state output is not JSON ({e})\n{o}"));
     let status = v["status"].as_str().unwrap_or("");
-    assert!(
-        ["created", "running", "stopped", "paused"].contains(&status),
-        "bad status\n{o}"
-    );
+    assert!(["created", "running", "stopped", "paused"].contains(&status), "bad status\n{o}");
     Some(v)
 }
 
@@ -72,27 +65,18 @@ fn same_id_create_race_has_one_winner() {
     let rt = Runtime::new("cc_create");
     for round in 0..3 {
         let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
-        let racers: Vec<_> = (0..12)
-            .map(|_| rt.spawn(&["create", "--bundle", b.path(), &b.id]))
-            .collect();
+        let racers: Vec<_> = (0..12).map(|_| rt.spawn(&["create", "--bundle", b.path(), &b.id])).collect();
         let outs: Vec<Out> = racers.into_iter().map(|r| r.wait()).collect();
         let winners = outs.iter().filter(|o| o.ok()).count();
         for o in &outs {
             clean(o, &["already exists"]);
         }
-        eprintln!(
-            "round {round}: 12 creates of {}: {winners} won, {} said already exists",
-            b.id,
-            12 - winners
-        );
+        eprintln!("round {round}: 12 creates of {}: {winners} won, {} said already exists", b.id, 12 - winners);
         assert_eq!(
             winners,
             1,
             "exactly one create must win:\n{}",
-            outs.iter()
-                .map(|o| o.to_string())
-                .collect::<Vec<_>>()
-                .join("\n")
+            outs.iter().map(|o| o.to_string()).collect::<Vec<_>>().join("\n")
         );
 
         let st = state_ok(&rt.run(&["state", &b.id])).expect("the winner's container exists");
@@ -110,13 +94,9 @@ fn same_id_create_race_has_one_winner() {
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
-        assert!(
-            !dir.iter().any(|f| f.starts_with('.')),
-            "temporary files left in the state dir: {dir:?}"
-        );
+        assert!(!dir.iter().any(|f| f.starts_with('.')), "temporary files left in the state dir: {dir:?}");
         rt.run(&["start", &b.id]).expect_ok("the winner starts");
-        rt.run(&["delete", "--force", &b.id])
-            .expect_ok("delete --force");
+        rt.run(&["delete", "--force", &b.id]).expect_ok("delete --force");
         rt.assert_nothing_left(&b.id);
     }
 }
@@ -132,35 +112,20 @@ fn two_starts_one_wins() {
     for o in &outs {
         clean(o, &["running", "cannot start"]);
     }
-    assert_eq!(
-        outs.iter().filter(|o| o.ok()).count(),
-        1,
-        "exactly one start must win:\n{}\n{}",
-        outs[0],
-        outs[1]
-    );
+    assert_eq!(outs.iter().filter(|o| o.ok()).count(), 1, "exactly one start must win:\n{}\n{}", outs[0], outs[1]);
     assert_eq!(rt.status(&b.id).as_deref(), Some("running"));
-    rt.run(&["delete", "--force", &b.id])
-        .expect_ok("delete --force");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete --force");
     rt.assert_nothing_left(&b.id);
 }
 
 /// Reads `<root>/<id>/state.json` in a loop until `stop`; every read that finds the file must
 /// parse. Counts the reads that parsed and those that found no file.
-fn watch_state_file(
-    path: std::path::PathBuf,
-    stop: &AtomicBool,
-    parsed: &AtomicUsize,
-    missing: &AtomicUsize,
-) {
+fn watch_state_file(path: std::path::PathBuf, stop: &AtomicBool, parsed: &AtomicUsize, missing: &AtomicUsize) {
     while !stop.load(Ordering::Relaxed) {
         match fs::read(&path) {
             Ok(bytes) => {
                 if let Err(e) = serde_json::from_slice::<Value>(&bytes) {
-                    panic!(
-                        "torn state.json ({e}): {:?}",
-                        String::from_utf8_lossy(&bytes)
-                    );
+                    panic!("torn state.json ({e}): {:?}", String::from_utf8_lossy(&bytes));
                 }
                 parsed.fetch_add(1, Ordering::Relaxed);
             }
@@ -221,9 +186,9 @@ fn kill_delete_state_at_once_never_corrupt() {
             match name.split(' ').next().unwrap() {
                 "state" => {
                     let st = state_ok(o);
-                    summary.push(st.map_or("state:gone".to_string(), |v| {
-                        format!("state:{}", v["status"].as_str().unwrap())
-                    }));
+                    summary.push(
+                        st.map_or("state:gone".to_string(), |v| format!("state:{}", v["status"].as_str().unwrap())),
+                    );
                 }
                 "kill" => {
                     clean(o, &["not running", "does not exist"]);
@@ -243,8 +208,8 @@ fn kill_delete_state_at_once_never_corrupt() {
                 }
                 _ => {
                     assert!(o.ok(), "{o}");
-                    let _: Value = serde_json::from_str(&o.stdout)
-                        .unwrap_or_else(|e| panic!("list is not JSON ({e})\n{o}"));
+                    let _: Value =
+                        serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("list is not JSON ({e})\n{o}"));
                 }
             }
         }
@@ -256,10 +221,7 @@ fn kill_delete_state_at_once_never_corrupt() {
             missing.load(Ordering::Relaxed)
         );
         let end = rt.run(&["state", id]);
-        assert!(
-            !end.ok() && end.stderr.contains("does not exist"),
-            "the container must end deleted\n{end}"
-        );
+        assert!(!end.ok() && end.stderr.contains("does not exist"), "the container must end deleted\n{end}");
         rt.assert_nothing_left(id);
     }
 }
@@ -286,10 +248,7 @@ fn create_delete_state_at_once_leave_no_orphan() {
             let verb = name.split(' ').next().unwrap();
             if !o.ok() {
                 let msg = o.stderr.trim();
-                errors.insert(format!(
-                    "{verb}: {}",
-                    msg.split("msg=").nth(1).unwrap_or(msg).replace(id, "ID")
-                ));
+                errors.insert(format!("{verb}: {}", msg.split("msg=").nth(1).unwrap_or(msg).replace(id, "ID")));
             }
             match verb {
                 "create" => clean(o, &["already exists", "does not exist", "No such file"]),
@@ -325,8 +284,7 @@ fn create_delete_state_at_once_leave_no_orphan() {
             summary.join(" "),
             st.map_or("does not exist".to_string(), |v| v["status"].to_string())
         );
-        rt.run(&["delete", "--force", id])
-            .expect_ok("final delete --force");
+        rt.run(&["delete", "--force", id]).expect_ok("final delete --force");
         rt.assert_nothing_left(id);
     }
 }

@@ -10,10 +10,7 @@ fn assert_one_line_error(o: &Out, needle: &str) {
     assert_eq!(o.code(), Some(1), "{o}");
     let lines: Vec<&str> = o.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "one error line expected\n{o}");
-    assert!(
-        lines[0].contains(needle),
-        "error should contain {needle:?}\n{o}"
-    );
+    assert!(lines[0].contains(needle), "error should contain {needle:?}\n{o}");
 }
 
 #[test]
@@ -60,9 +57,7 @@ fn missing_config() {
 fn missing_bundle_dir() {
     let rt = Runtime::new("nobundle");
     let id = rt.new_id();
-    let o = rt
-        .run(&["create", "--bundle", "/nonexistent/bundle", &id])
-        .expect_err("missing bundle");
+    let o = rt.run(&["create", "--bundle", "/nonexistent/bundle", &id]).expect_err("missing bundle");
     assert_eq!(o.code(), Some(1), "{o}");
     rt.assert_nothing_left(&id);
 }
@@ -84,26 +79,14 @@ fn invalid_ids() {
     let rt = Runtime::new("badid");
     let b = rt.bundle(&["/bin/probe", "exit", "0"]);
     for id in ["../x", "", "a/b", "..", ".", "a b"] {
-        let o = rt
-            .run(&["create", "--bundle", b.path(), id])
-            .expect_err(&format!("create with id {id:?}"));
+        let o = rt.run(&["create", "--bundle", b.path(), id]).expect_err(&format!("create with id {id:?}"));
         assert_eq!(o.code(), Some(1), "{o}");
-        assert!(
-            o.stderr.contains("container ID") || o.stderr.contains("id"),
-            "{o}"
-        );
+        assert!(o.stderr.contains("container ID") || o.stderr.contains("id"), "{o}");
         let entries: Vec<_> = std::fs::read_dir(rt.root()).unwrap().collect();
         assert!(entries.is_empty(), "id {id:?} left {entries:?} in --root");
-        assert!(
-            !rt.root().parent().unwrap().join("x").exists(),
-            "../x escaped --root"
-        );
+        assert!(!rt.root().parent().unwrap().join("x").exists(), "../x escaped --root");
     }
-    assert!(
-        rt.leftovers().is_empty(),
-        "processes left: {:?}",
-        rt.leftovers()
-    );
+    assert!(rt.leftovers().is_empty(), "processes left: {:?}", rt.leftovers());
 }
 
 #[test]
@@ -117,13 +100,8 @@ fn duplicate_id() {
     assert_one_line_error(&o, "container with given ID already exists");
     let after = rt.state(&b.id).expect("the first container survives");
     assert_eq!(after["status"], "created");
-    assert_eq!(
-        after["pid"], before["pid"],
-        "the first container must be untouched"
-    );
-    assert!(tinyrun_conformance::pid_alive(
-        after["pid"].as_i64().unwrap() as i32
-    ));
+    assert_eq!(after["pid"], before["pid"], "the first container must be untouched");
+    assert!(tinyrun_conformance::pid_alive(after["pid"].as_i64().unwrap() as i32));
     // And with a different bundle, same id.
     let b2 = rt.bundle(&["/bin/probe", "sleep", "600"]);
     let o = rt.run(&["create", "--bundle", b2.path(), &b.id]);
@@ -135,13 +113,7 @@ fn duplicate_id() {
 fn unknown_id() {
     let rt = Runtime::new("unknownid");
     let id = "never-created";
-    for args in [
-        &["state", id][..],
-        &["kill", id],
-        &["kill", id, "KILL"],
-        &["delete", id],
-        &["start", id],
-    ] {
+    for args in [&["state", id][..], &["kill", id], &["kill", id, "KILL"], &["delete", id], &["start", id]] {
         let o = rt.run(args);
         assert_one_line_error(&o, "does not exist");
     }
@@ -153,8 +125,7 @@ fn kill_stopped_container() {
     require_root!();
     let rt = Runtime::new("killstopped");
     let b = rt.bundle(&["/bin/probe", "exit", "0"]);
-    rt.run(&["run", "--keep", "--bundle", b.path(), &b.id])
-        .expect_ok("run --keep");
+    rt.run(&["run", "--keep", "--bundle", b.path(), &b.id]).expect_ok("run --keep");
     assert_eq!(rt.status(&b.id).as_deref(), Some("stopped"));
     let o = rt.run(&["kill", &b.id, "KILL"]);
     assert_one_line_error(&o, "not running");
@@ -169,15 +140,9 @@ fn bad_signal() {
     let rt = Runtime::new("badsignal");
     let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
     rt.create(&b).expect_ok("create");
-    let o = rt
-        .run(&["kill", &b.id, "NOTASIGNAL"])
-        .expect_err("kill with a bogus signal");
+    let o = rt.run(&["kill", &b.id, "NOTASIGNAL"]).expect_err("kill with a bogus signal");
     assert_eq!(o.code(), Some(1), "{o}");
-    assert_eq!(
-        rt.status(&b.id).as_deref(),
-        Some("created"),
-        "a bogus signal must have no effect"
-    );
+    assert_eq!(rt.status(&b.id).as_deref(), Some("created"), "a bogus signal must have no effect");
 }
 
 /// A failure after init exists (a mount of an unknown filesystem type) must roll back: no state,

@@ -35,11 +35,7 @@ fn escape(name: &str, tried: &str, saw: &str) {
 }
 
 fn first_line(s: &str) -> String {
-    s.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-        .to_string()
+    s.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string()
 }
 
 fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
@@ -51,16 +47,9 @@ fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
 }
 
 fn sha256(path: &Path) -> String {
-    let o = Command::new("sha256sum")
-        .arg(path)
-        .output()
-        .expect("sha256sum");
+    let o = Command::new("sha256sum").arg(path).output().expect("sha256sum");
     assert!(o.status.success(), "sha256sum {}", path.display());
-    String::from_utf8_lossy(&o.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
+    String::from_utf8_lossy(&o.stdout).split_whitespace().next().unwrap().to_string()
 }
 
 /// Point `rt` at a private copy of the binary under test (same name, so runc gates still work)
@@ -90,11 +79,7 @@ fn tmpfs_at(b: &Bundle, dest: &str, extra: &[&str]) {
 }
 
 fn fd_keys(out: &str) -> Vec<String> {
-    kv(out)
-        .keys()
-        .filter(|k| k.starts_with("fd."))
-        .cloned()
-        .collect()
+    kv(out).keys().filter(|k| k.starts_with("fd.")).cloned().collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -130,13 +115,13 @@ fn cve_2019_5736_entrypoint_is_runtime_binary() {
             if rt.is_runc() {
                 // runc 1.1.5 re-execs a sealed memfd copy of itself, so running "runc" inside
                 // is harmless; the binary-unchanged check below still applies.
-                eprintln!(
-                    "runc ran its sealed copy for {entry}: {:?}",
-                    first_line(&out)
-                );
+                eprintln!("runc ran its sealed copy for {entry}: {:?}", first_line(&out));
                 format!("runc ran its sealed memfd copy ({:?})", first_line(&out))
             } else {
-                assert!(!s.ok(), "{entry}: the runtime's own binary was started in the container\n{s}\nstdout: {out:?}");
+                assert!(
+                    !s.ok(),
+                    "{entry}: the runtime's own binary was started in the container\n{s}\nstdout: {out:?}"
+                );
                 format!("start refused: {}", first_line(&s.stderr))
             }
         } else {
@@ -171,30 +156,18 @@ fn cve_2019_5736_exec_runtime_binary() {
     ]);
     b.writable_rootfs();
     let (created, _) = start(&rt, &b);
-    wait_for("the container to replace /bin/sh", 10, || {
-        created.stdout_now().contains("replaced")
-    });
+    wait_for("the container to replace /bin/sh", 10, || created.stdout_now().contains("replaced"));
     let mut saw = Vec::new();
-    for cmd in [
-        &["/bin/sh"][..],
-        &["/proc/self/exe", "--version"][..],
-        &["sh"][..],
-    ] {
+    for cmd in [&["/bin/sh"][..], &["/proc/self/exe", "--version"][..], &["sh"][..]] {
         let mut argv = vec!["exec", b.id.as_str()];
         argv.extend_from_slice(cmd);
         let o = rt.run(&argv);
         if rt.is_runc() {
             eprintln!("runc exec {cmd:?}: {o}");
-            saw.push(format!(
-                "{cmd:?} → runc ran its sealed copy (exit {:?})",
-                o.code()
-            ));
+            saw.push(format!("{cmd:?} → runc ran its sealed copy (exit {:?})", o.code()));
         } else {
             assert_eq!(o.code(), Some(255), "exec {cmd:?} must be refused\n{o}");
-            assert!(
-                !o.stdout.contains("version"),
-                "the runtime's binary ran inside\n{o}"
-            );
+            assert!(!o.stdout.contains("version"), "the runtime's binary ran inside\n{o}");
             saw.push(format!("{cmd:?} → exit 255: {}", first_line(&o.stderr)));
         }
     }
@@ -234,14 +207,8 @@ fn cve_2019_5736_created_init_exe() {
     rt.run(&["start", &b.id]).expect_ok("start");
     let o = attacker.wait();
     eprintln!("attacker:\n{o}");
-    assert!(
-        o.stdout.contains("attacker-done"),
-        "the attacker ran to the end\n{o}"
-    );
-    assert!(
-        !o.stdout.contains("WROTE"),
-        "a write to init's exe went through\n{o}"
-    );
+    assert!(o.stdout.contains("attacker-done"), "the attacker ran to the end\n{o}");
+    assert!(!o.stdout.contains("WROTE"), "a write to init's exe went through\n{o}");
     if !rt.is_runc() {
         assert!(
             o.stdout.contains("open-denied"),
@@ -303,9 +270,7 @@ fn cve_2019_5736_exec_race() {
     let b = rt.bundle(&["/bin/sh", "-c", script]);
     tmpfs_at(&b, "/tmp", &[]);
     let (created, _) = start(&rt, &b);
-    wait_for("the attacker", 10, || {
-        created.stdout_now().contains("attacker-ready")
-    });
+    wait_for("the attacker", 10, || created.stdout_now().contains("attacker-ready"));
     let mut execs = 0;
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(6) {
@@ -318,35 +283,18 @@ fn cve_2019_5736_exec_race() {
     rt.wait_status(&b.id, "stopped");
     let out = created.stdout_now();
     eprintln!("attacker output:\n{out}");
-    assert!(
-        out.contains("attacker-done"),
-        "the attacker finished: {out:?}"
-    );
-    let control: Vec<&str> = out
-        .lines()
-        .filter(|l| l.contains(" /tmp/ctl/busybox"))
-        .collect();
+    assert!(out.contains("attacker-done"), "the attacker finished: {out:?}");
+    let control: Vec<&str> = out.lines().filter(|l| l.contains(" /tmp/ctl/busybox")).collect();
     assert!(
         control.iter().any(|l| l.starts_with("WROTE")),
         "control: the attack must work on a reachable writable binary: {out:?}"
     );
-    let wrote: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("WROTE") && !l.contains(" /tmp/ctl/busybox"))
-        .collect();
-    assert!(
-        wrote.is_empty(),
-        "the attacker wrote a runtime binary: {wrote:?}"
-    );
-    let opened: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("OPENED") && !l.contains(" /tmp/ctl/busybox"))
-        .collect();
+    let wrote: Vec<&str> = out.lines().filter(|l| l.starts_with("WROTE") && !l.contains(" /tmp/ctl/busybox")).collect();
+    assert!(wrote.is_empty(), "the attacker wrote a runtime binary: {wrote:?}");
+    let opened: Vec<&str> =
+        out.lines().filter(|l| l.starts_with("OPENED") && !l.contains(" /tmp/ctl/busybox")).collect();
     if !rt.is_runc() {
-        assert!(
-            opened.is_empty(),
-            "the attacker opened a runtime process's exe: {opened:?}"
-        );
+        assert!(opened.is_empty(), "the attacker opened a runtime process's exe: {opened:?}");
     }
     assert!(execs >= 5, "too few execs to mean anything ({execs})");
     assert_eq!(sha256(&bin), before, "the runtime binary changed!");
@@ -388,21 +336,13 @@ fn cve_2024_21626_no_fd_leak() {
 
     let b = rt.bundle(&["/bin/probe", "fds"]);
     let o = rt.run_bundle(&b).expect_ok("probe fds");
-    assert_eq!(
-        fd_keys(&o.stdout),
-        ["fd.0", "fd.1", "fd.2"],
-        "run: only stdio\n{o}"
-    );
+    assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2"], "run: only stdio\n{o}");
 
     let b = rt.bundle(&["/bin/probe", "fds"]);
     let mut cmd = rt.command(&["run", "--bundle", b.path(), &b.id]);
     leak_canary_fds(&mut cmd, &dirfd);
     let o = rt.output(cmd).expect_ok("run with inherited fds");
-    assert_eq!(
-        fd_keys(&o.stdout),
-        ["fd.0", "fd.1", "fd.2"],
-        "run with fds 3-12 inherited\n{o}"
-    );
+    assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2"], "run with fds 3-12 inherited\n{o}");
 
     let b = rt.bundle(&["/bin/probe", "fds"]);
     let mut cmd = rt.command(&["run", "--preserve-fds", "2", "--bundle", b.path(), &b.id]);
@@ -419,19 +359,9 @@ fn cve_2024_21626_no_fd_leak() {
     let mut cmd = rt.command(&["exec", &b.id, "/bin/probe", "fds"]);
     leak_canary_fds(&mut cmd, &dirfd);
     let o = rt.output(cmd).expect_ok("exec probe fds");
-    assert_eq!(
-        fd_keys(&o.stdout),
-        ["fd.0", "fd.1", "fd.2"],
-        "exec: only stdio\n{o}"
-    );
-    let o = rt
-        .run(&["exec", &b.id, "/bin/probe", "fds"])
-        .expect_ok("exec probe fds");
-    assert_eq!(
-        fd_keys(&o.stdout),
-        ["fd.0", "fd.1", "fd.2"],
-        "exec: only stdio\n{o}"
-    );
+    assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2"], "exec: only stdio\n{o}");
+    let o = rt.run(&["exec", &b.id, "/bin/probe", "fds"]).expect_ok("exec probe fds");
+    assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2"], "exec: only stdio\n{o}");
     let mut cmd = rt.command(&["exec", "--preserve-fds", "1", &b.id, "/bin/probe", "fds"]);
     leak_canary_fds(&mut cmd, &dirfd);
     let o = rt.output(cmd).expect_ok("exec --preserve-fds 1");
@@ -448,10 +378,7 @@ const CWD_SCRIPT: &str =
 
 /// Judge one `/proc/self/fd/N` cwd attempt; returns a short description.
 fn judge_cwd(what: &str, o: &Out, out: &str) -> String {
-    assert!(
-        !out.contains("ESCAPED-TO-HOST"),
-        "{what}: the process's cwd is a host directory!\n{o}\nstdout: {out}"
-    );
+    assert!(!out.contains("ESCAPED-TO-HOST"), "{what}: the process's cwd is a host directory!\n{o}\nstdout: {out}");
     assert!(
         !out.contains("CWD-UNREACHABLE"),
         "{what}: the process ran with a cwd outside the container root\n{o}\nstdout: {out}"
@@ -461,10 +388,7 @@ fn judge_cwd(what: &str, o: &Out, out: &str) -> String {
         assert!(cwd.starts_with('/'), "{what}: cwd {cwd:?}\n{o}");
         format!("ran in {cwd}")
     } else {
-        assert!(
-            !o.ok() || o.code() != Some(0),
-            "{what}: neither ran nor failed\n{o}"
-        );
+        assert!(!o.ok() || o.code() != Some(0), "{what}: neither ran nor failed\n{o}");
         "refused".to_string()
     }
 }
@@ -478,13 +402,7 @@ fn cwd_cases() -> Vec<(String, bool)> {
             v.push((format!("/proc/self/fd/{n}"), leak));
         }
     }
-    for p in [
-        "/proc/self/cwd",
-        "/proc/thread-self/cwd",
-        "/proc/1/cwd",
-        "/proc/self/root",
-        "/proc/1/root/..",
-    ] {
+    for p in ["/proc/self/cwd", "/proc/thread-self/cwd", "/proc/1/cwd", "/proc/self/root", "/proc/1/root/.."] {
         v.push((p.to_string(), true));
     }
     v
@@ -553,13 +471,8 @@ fn cve_2024_21626_exec_cwd_proc_self_fd() {
         }
         let o = rt.output(cmd);
         let what = format!("exec --cwd {cwd} (leaked fds: {leak})");
-        if rt.is_runc()
-            && (o.stdout.contains("ESCAPED-TO-HOST") || o.stdout.contains("CWD-UNREACHABLE"))
-        {
-            eprintln!(
-                "KNOWN: runc 1.1.5 is vulnerable to CVE-2024-21626 ({what}): {}",
-                o.stdout
-            );
+        if rt.is_runc() && (o.stdout.contains("ESCAPED-TO-HOST") || o.stdout.contains("CWD-UNREACHABLE")) {
+            eprintln!("KNOWN: runc 1.1.5 is vulnerable to CVE-2024-21626 ({what}): {}", o.stdout);
             results.push(format!("{}: runc ESCAPED", case_label(&cwd, leak)));
             continue;
         }
@@ -600,27 +513,16 @@ impl HostDir {
     fn check(&self, what: &str) -> Result<(), String> {
         let mounted = mounts_under(&self.dir);
         if !mounted.is_empty() {
-            return Err(format!(
-                "{what}: host path {} has a mount on it: {mounted:?}",
-                self.dir.display()
-            ));
+            return Err(format!("{what}: host path {} has a mount on it: {mounted:?}", self.dir.display()));
         }
-        let mut entries: Vec<String> = fs::read_dir(&self.dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
+        let mut entries: Vec<String> =
+            fs::read_dir(&self.dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         entries.sort();
         if entries != ["canary"] {
-            return Err(format!(
-                "{what}: host dir {} was written to: {entries:?}",
-                self.dir.display()
-            ));
+            return Err(format!("{what}: host dir {} was written to: {entries:?}", self.dir.display()));
         }
         if fs::read_to_string(self.dir.join("canary")).unwrap() != "host-original\n" {
-            return Err(format!(
-                "{what}: host file {}/canary changed",
-                self.dir.display()
-            ));
+            return Err(format!("{what}: host file {}/canary changed", self.dir.display()));
         }
         let probe = self.dir.join(".host-write-check");
         fs::write(&probe, "x").map_err(|e| format!("{what}: host dir no longer writable: {e}"))?;
@@ -667,11 +569,7 @@ fn create_and_run(rt: &Runtime, b: &Bundle) -> Result<String, String> {
 
 /// mountinfo mount points (field 5), as seen inside the container.
 fn mount_points(mountinfo: &str) -> Vec<String> {
-    mountinfo
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|s| s.replace("\\040", " "))
-        .collect()
+    mountinfo.lines().filter_map(|l| l.split(' ').nth(4)).map(|s| s.replace("\\040", " ")).collect()
 }
 
 /// Mount destinations that are symlinks to a host dir (absolute), a host file (bind), a relative
@@ -693,11 +591,8 @@ fn symlink_mount_destinations_stay_in_rootfs() {
     let rootfs = b.writable_rootfs();
     let ups = "../".repeat(12);
     std::os::unix::fs::symlink(&abs.dir, rootfs.join("evil-abs")).unwrap();
-    std::os::unix::fs::symlink(
-        format!("{ups}{}", rel.path().trim_start_matches('/')),
-        rootfs.join("evil-rel"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(format!("{ups}{}", rel.path().trim_start_matches('/')), rootfs.join("evil-rel"))
+        .unwrap();
     std::os::unix::fs::symlink(&ups, rootfs.join("up")).unwrap();
     let src = rt.work().join("bind-src");
     fs::write(&src, "bound\n").unwrap();
@@ -713,11 +608,7 @@ fn symlink_mount_destinations_stay_in_rootfs() {
     bf.add_mount(json!({"destination": "/evil-file", "type": "bind", "source": src, "options": ["bind", "ro"]}));
 
     let r = create_and_run(&rt, &b);
-    for (h, what) in [
-        (&abs, "absolute symlink"),
-        (&rel, "relative ../ symlink"),
-        (&via_parent, "symlinked parent"),
-    ] {
+    for (h, what) in [(&abs, "absolute symlink"), (&rel, "relative ../ symlink"), (&via_parent, "symlinked parent")] {
         h.assert_untouched(what);
     }
     let rf = create_and_run(&rt, &bf);
@@ -728,10 +619,7 @@ fn symlink_mount_destinations_stay_in_rootfs() {
             assert!(out.contains("MOUNTS-DONE"), "{out}");
             let points = mount_points(&out);
             for p in [abs.path(), rel.path(), via_parent.path()] {
-                assert!(
-                    points.iter().any(|m| m == p),
-                    "expected the tmpfs at {p} inside the container: {points:?}"
-                );
+                assert!(points.iter().any(|m| m == p), "expected the tmpfs at {p} inside the container: {points:?}");
                 assert!(
                     rootfs.join(p.trim_start_matches('/')).is_dir(),
                     "the mountpoint {p} was made inside the rootfs"
@@ -761,12 +649,7 @@ fn symlink_mount_destinations_stay_in_rootfs() {
 /// Remove the /dev tmpfs (keeping /dev/pts, /dev/shm, /dev/mqueue): the image's own /dev is
 /// used, and the runtime still makes the default device nodes and links in it.
 fn drop_dev_tmpfs(b: &Bundle) {
-    b.config_mut(|c| {
-        c["mounts"]
-            .as_array_mut()
-            .unwrap()
-            .retain(|m| m["destination"] != "/dev")
-    });
+    b.config_mut(|c| c["mounts"].as_array_mut().unwrap().retain(|m| m["destination"] != "/dev"));
 }
 
 /// `/dev` in the image is a symlink to a host directory (CVE-2026-41579 family): with the
@@ -782,15 +665,8 @@ fn dev_symlink_to_host_dir() {
     for with_dev_mount in [true, false] {
         let host = HostDir::new(&rt);
         let missing = HostDir::new(&rt);
-        for (target, h) in [
-            (host.dir.clone(), &host),
-            (missing.dir.join("sub"), &missing),
-        ] {
-            let b = rt.bundle(&[
-                "/bin/sh",
-                "-c",
-                "probe stat /dev/null; ls /dev; echo DEV-DONE",
-            ]);
+        for (target, h) in [(host.dir.clone(), &host), (missing.dir.join("sub"), &missing)] {
+            let b = rt.bundle(&["/bin/sh", "-c", "probe stat /dev/null; ls /dev; echo DEV-DONE"]);
             let rootfs = b.writable_rootfs();
             fs::remove_dir_all(rootfs.join("dev")).unwrap();
             std::os::unix::fs::symlink(&target, rootfs.join("dev")).unwrap();
@@ -846,11 +722,7 @@ fn proc_symlink_to_host_dir() {
             "proc mounted inside the rootfs".to_string()
         }
     };
-    escape(
-        "proc-symlink",
-        "rootfs /proc replaced by a symlink to a host dir",
-        &format!("{saw}; host dir untouched"),
-    );
+    escape("proc-symlink", "rootfs /proc replaced by a symlink to a host dir", &format!("{saw}; host dir untouched"));
 }
 
 /// maskedPaths entries that are symlinks to a host file and a host dir, and a readonlyPaths entry
@@ -862,11 +734,7 @@ fn masked_and_readonly_path_symlinks() {
     let mfile = HostDir::new(&rt);
     let mdir = HostDir::new(&rt);
     let rodir = HostDir::new(&rt);
-    let b = rt.bundle(&[
-        "/bin/sh",
-        "-c",
-        "probe mounts; probe cat /evil-mask-file; echo MASK-DONE",
-    ]);
+    let b = rt.bundle(&["/bin/sh", "-c", "probe mounts; probe cat /evil-mask-file; echo MASK-DONE"]);
     let rootfs = b.writable_rootfs();
     std::os::unix::fs::symlink(mfile.dir.join("canary"), rootfs.join("evil-mask-file")).unwrap();
     std::os::unix::fs::symlink(&mdir.dir, rootfs.join("evil-mask-dir")).unwrap();
@@ -875,10 +743,7 @@ fn masked_and_readonly_path_symlinks() {
         let m = c["linux"]["maskedPaths"].as_array_mut().unwrap();
         m.push("/evil-mask-file".into());
         m.push("/evil-mask-dir".into());
-        c["linux"]["readonlyPaths"]
-            .as_array_mut()
-            .unwrap()
-            .push("/evil-ro".into());
+        c["linux"]["readonlyPaths"].as_array_mut().unwrap().push("/evil-ro".into());
     });
     let o = rt.create(&b);
     // Check while the container is alive and holds its mounts.
@@ -890,10 +755,7 @@ fn masked_and_readonly_path_symlinks() {
         rt.wait_status(&b.id, "stopped");
         let out = o.stdout_now();
         assert!(out.contains("MASK-DONE"), "{out}");
-        assert!(
-            !out.contains("host-original"),
-            "the masked path still shows the host file's content: {out}"
-        );
+        assert!(!out.contains("host-original"), "the masked path still shows the host file's content: {out}");
         "masks/read-only binds applied inside the rootfs (or skipped)".to_string()
     } else {
         rt.assert_nothing_left(&b.id);
@@ -964,11 +826,7 @@ fn dev_console_symlink_with_terminal() {
     require_root!();
     let rt = Runtime::new("escconsole");
     let host = HostDir::new(&rt);
-    let b = rt.bundle(&[
-        "/bin/sh",
-        "-c",
-        "probe mounts; probe stat /dev/console; echo CONSOLE-DONE",
-    ]);
+    let b = rt.bundle(&["/bin/sh", "-c", "probe mounts; probe stat /dev/console; echo CONSOLE-DONE"]);
     let rootfs = b.writable_rootfs();
     fs::write(rootfs.join("etc/victim"), "in-container-file\n").unwrap();
     std::os::unix::fs::symlink("/etc/victim", rootfs.join("dev/console")).unwrap();
@@ -977,20 +835,11 @@ fn dev_console_symlink_with_terminal() {
     let sock_path = rt.tempdir().join("console.sock");
     let listener = std::os::unix::net::UnixListener::bind(&sock_path).unwrap();
     listener.set_nonblocking(true).unwrap();
-    let o = rt.run(&[
-        "create",
-        "--console-socket",
-        sock_path.to_str().unwrap(),
-        "--bundle",
-        b.path(),
-        &b.id,
-    ]);
+    let o = rt.run(&["create", "--console-socket", sock_path.to_str().unwrap(), "--bundle", b.path(), &b.id]);
     host.assert_untouched("/dev/console symlink");
     let mut problems = Vec::new();
     let saw = if o.ok() {
-        let (stream, _) = listener
-            .accept()
-            .expect("the runtime connected before create returned");
+        let (stream, _) = listener.accept().expect("the runtime connected before create returned");
         let mut buf = [0u8; 4096];
         let mut iov = [std::io::IoSliceMut::new(&mut buf)];
         let mut space = nix::cmsg_space!([RawFd; 4]);
@@ -1005,9 +854,8 @@ fn dev_console_symlink_with_terminal() {
         for c in msg.cmsgs().unwrap() {
             if let nix::sys::socket::ControlMessageOwned::ScmRights(fds) = c {
                 // SAFETY: just received, owned by nobody else.
-                master = fds.first().map(|fd| unsafe {
-                    <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(*fd)
-                });
+                master =
+                    fds.first().map(|fd| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(*fd) });
             }
         }
         let master = master.expect("a pty master");
@@ -1015,8 +863,7 @@ fn dev_console_symlink_with_terminal() {
         // Drain the terminal until the program is done.
         let mut text = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && !String::from_utf8_lossy(&text).contains("CONSOLE-DONE")
-        {
+        while Instant::now() < deadline && !String::from_utf8_lossy(&text).contains("CONSOLE-DONE") {
             let mut b2 = [0u8; 4096];
             match nix::unistd::read(master.as_raw_fd(), &mut b2) {
                 Ok(0) | Err(_) => break,
@@ -1029,14 +876,10 @@ fn dev_console_symlink_with_terminal() {
         let points = mount_points(&out);
         let victim = fs::read_to_string(rootfs.join("etc/victim")).unwrap();
         if victim != "in-container-file\n" {
-            problems.push(format!(
-                "/dev/console's symlink target /etc/victim was rewritten: {victim:?}"
-            ));
+            problems.push(format!("/dev/console's symlink target /etc/victim was rewritten: {victim:?}"));
         }
         if points.iter().any(|p| p == "/etc/victim") {
-            problems.push(format!(
-                "the pty was bound onto /dev/console's symlink target /etc/victim: {points:?}"
-            ));
+            problems.push(format!("the pty was bound onto /dev/console's symlink target /etc/victim: {points:?}"));
             "pty bind-mounted onto the symlink target /etc/victim".to_string()
         } else {
             "pty bound on /dev/console itself, symlink target not mounted over".to_string()
@@ -1064,12 +907,8 @@ fn dev_console_symlink_with_terminal() {
 fn inside(rt: &Runtime, script: &str) -> Out {
     let b = rt.bundle(&["/bin/sh", "-c", script]);
     tmpfs_at(&b, "/tmp", &[]);
-    let kinds: Vec<Value> = b.config()["linux"]["namespaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["type"].clone())
-        .collect();
+    let kinds: Vec<Value> =
+        b.config()["linux"]["namespaces"].as_array().unwrap().iter().map(|n| n["type"].clone()).collect();
     assert!(
         kinds.contains(&json!("pid")) && kinds.contains(&json!("mount")),
         "attacks only run in their own pid and mount namespaces"
@@ -1138,16 +977,9 @@ fn inside_module_loading_refused() {
     assert_ne!(marker(out, "modprobe-rc"), "0", "{o}");
     let insmod = out.lines().find(|l| l.starts_with("insmod:")).unwrap_or("");
     if modular {
-        assert!(
-            insmod.contains("Operation not permitted"),
-            "init_module refused with EPERM\n{o}"
-        );
+        assert!(insmod.contains("Operation not permitted"), "init_module refused with EPERM\n{o}");
         let after = fs::read_to_string("/proc/modules").unwrap();
-        assert_eq!(
-            before.lines().count(),
-            after.lines().count(),
-            "host module list changed"
-        );
+        assert_eq!(before.lines().count(), after.lines().count(), "host module list changed");
     } else {
         eprintln!("NOTE: this kernel has no module support; insmod says {insmod:?}");
     }
@@ -1158,11 +990,7 @@ fn inside_module_loading_refused() {
         "insmod of an 8k file, modprobe",
         &format!(
             "{insmod:?}; no CAP_SYS_MODULE in any set{}",
-            if modular {
-                "; host /proc/modules unchanged"
-            } else {
-                " (kernel without module support)"
-            }
+            if modular { "; host /proc/modules unchanged" } else { " (kernel without module support)" }
         ),
     );
 }
@@ -1176,23 +1004,14 @@ fn inside_reboot_refused() {
         &rt,
         "[ \"$(readlink /proc/self/ns/pid)\" != \"HOSTPIDNS\" ] || { echo NO-PIDNS; exit 99; }; \
          reboot -f 2>&1; echo reboot-rc=$?; halt -f 2>&1; echo halt-rc=$?; echo still-alive=$$"
-            .replace(
-                "HOSTPIDNS",
-                &fs::read_link("/proc/self/ns/pid")
-                    .unwrap()
-                    .to_string_lossy(),
-            )
+            .replace("HOSTPIDNS", &fs::read_link("/proc/self/ns/pid").unwrap().to_string_lossy())
             .as_str(),
     );
     let out = &o.stdout;
     assert!(!out.contains("NO-PIDNS"), "{o}");
     assert_ne!(marker(out, "reboot-rc"), "0", "{o}");
     assert_ne!(marker(out, "halt-rc"), "0", "{o}");
-    assert_eq!(
-        marker(out, "still-alive"),
-        "1",
-        "the container's init survived\n{o}"
-    );
+    assert_eq!(marker(out, "still-alive"), "1", "the container's init survived\n{o}");
     escape(
         "reboot",
         "reboot -f and halt -f as the container's pid 1 (own pid namespace checked first)",
@@ -1208,10 +1027,7 @@ fn inside_host_processes_unreachable() {
     require_root!();
     let rt = Runtime::new("eschostpid");
     let me = std::process::id();
-    assert!(
-        me > 100,
-        "our pid must not collide with the container's small pids"
-    );
+    assert!(me > 100, "our pid must not collide with the container's small pids");
     let o = inside(
         &rt,
         &format!(
@@ -1225,17 +1041,10 @@ fn inside_host_processes_unreachable() {
     let out = &o.stdout;
     assert!(out.contains("PID-DONE"), "{o}");
     assert_ne!(marker(out, "kill-rc"), "0", "kill -0 on a host pid\n{o}");
-    assert_ne!(
-        marker(out, "procdir-rc"),
-        "0",
-        "/proc/<host pid> visible\n{o}"
-    );
+    assert_ne!(marker(out, "procdir-rc"), "0", "/proc/<host pid> visible\n{o}");
     assert_ne!(marker(out, "environ-rc"), "0", "{o}");
     let n: u32 = marker(out, "nprocs").parse().unwrap_or(999);
-    assert!(
-        n <= 6,
-        "only the container's processes are visible ({n})\n{o}"
-    );
+    assert!(n <= 6, "only the container's processes are visible ({n})\n{o}");
     assert!(marker(out, "init").starts_with("/bin/sh"), "{o}");
     escape(
         "host-process",
@@ -1265,10 +1074,7 @@ fn inside_proc_sys_write_refused() {
         assert_ne!(*w, "write=ok", "a /proc/sys write went through\n{o}");
     }
     assert_eq!(marker(out, "kernel.hostname"), "tinyrun", "{o}");
-    assert_eq!(
-        fs::read_to_string("/proc/sys/kernel/hostname").unwrap(),
-        host_hostname
-    );
+    assert_eq!(fs::read_to_string("/proc/sys/kernel/hostname").unwrap(), host_hostname);
     escape(
         "proc-sys-write",
         "probe write /proc/sys/kernel/{hostname,domainname}",
@@ -1316,28 +1122,16 @@ fn inside_raw_sockets_refused() {
     assert!(out.contains("RAW-DONE"), "{o}");
     assert_ne!(marker(out, "arping-rc"), "0", "AF_PACKET raw socket\n{o}");
     assert!(
-        out.lines()
-            .any(|l| l.starts_with("arping:") && l.contains("Operation not permitted")),
+        out.lines().any(|l| l.starts_with("arping:") && l.contains("Operation not permitted")),
         "arping: socket(AF_PACKET) → EPERM\n{o}"
     );
-    assert_ne!(
-        marker(out, "traceroute-rc"),
-        "0",
-        "raw ICMP/UDP socket\n{o}"
-    );
+    assert_ne!(marker(out, "traceroute-rc"), "0", "raw ICMP/UDP socket\n{o}");
     // ping may legitimately use an ICMP datagram socket if ping_group_range allows gid 0.
     let range = fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").unwrap();
-    let lo_hi: Vec<i64> = range
-        .split_whitespace()
-        .map(|s| s.parse().unwrap())
-        .collect();
+    let lo_hi: Vec<i64> = range.split_whitespace().map(|s| s.parse().unwrap()).collect();
     let dgram_allowed = lo_hi[0] <= 0 && 0 <= lo_hi[1];
     if !dgram_allowed {
-        assert_ne!(
-            marker(out, "ping-rc"),
-            "0",
-            "ping needs a raw socket here\n{o}"
-        );
+        assert_ne!(marker(out, "ping-rc"), "0", "ping needs a raw socket here\n{o}");
     }
     assert_ne!(marker(out, "ipaddr-rc"), "0", "no CAP_NET_ADMIN\n{o}");
     escape(
@@ -1364,26 +1158,16 @@ fn inside_mknod_refused() {
     );
     let out = &o.stdout;
     assert!(out.contains("MKNOD-DONE"), "{o}");
-    assert_eq!(
-        marker(out, "mkfifo-rc"),
-        "0",
-        "control: /tmp is writable\n{o}"
-    );
+    assert_eq!(marker(out, "mkfifo-rc"), "0", "control: /tmp is writable\n{o}");
     assert_ne!(marker(out, "mknod-c-rc"), "0", "{o}");
     assert_ne!(marker(out, "mknod-b-rc"), "0", "{o}");
     assert!(
-        out.lines()
-            .filter(|l| l.starts_with("mknod:") && l.contains("Operation not permitted"))
-            .count()
-            == 2,
+        out.lines().filter(|l| l.starts_with("mknod:") && l.contains("Operation not permitted")).count() == 2,
         "mknod → EPERM\n{o}"
     );
     escape(
         "mknod",
         "mknod c 1 1 (/dev/mem) and b 8 0 on a writable tmpfs (mkfifo there works)",
-        &format!(
-            "{:?}",
-            out.lines().find(|l| l.starts_with("mknod:")).unwrap_or("")
-        ),
+        &format!("{:?}", out.lines().find(|l| l.starts_with("mknod:")).unwrap_or("")),
     );
 }

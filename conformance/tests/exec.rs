@@ -26,9 +26,7 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 fn start(rt: &Runtime, b: &Bundle) -> i32 {
     rt.create(b).expect_ok("create");
     rt.run(&["start", &b.id]).expect_ok("start");
-    rt.wait_status(&b.id, "running")["pid"]
-        .as_i64()
-        .expect("state.pid") as i32
+    rt.wait_status(&b.id, "running")["pid"].as_i64().expect("state.pid") as i32
 }
 
 /// A running container whose init just sleeps.
@@ -50,10 +48,7 @@ fn exec(rt: &Runtime, pre: &[&str], id: &str, cmd: &[&str]) -> Out {
 }
 
 fn readlink(p: &str) -> String {
-    std::fs::read_link(p)
-        .unwrap_or_else(|e| panic!("readlink {p}: {e}"))
-        .to_string_lossy()
-        .into_owned()
+    std::fs::read_link(p).unwrap_or_else(|e| panic!("readlink {p}: {e}")).to_string_lossy().into_owned()
 }
 
 fn cap_bit(set_hex: &str, bit: u32) -> bool {
@@ -61,11 +56,7 @@ fn cap_bit(set_hex: &str, bit: u32) -> bool {
 }
 
 fn fd_keys(out: &str) -> Vec<String> {
-    kv(out)
-        .keys()
-        .filter(|k| k.starts_with("fd."))
-        .cloned()
-        .collect()
+    kv(out).keys().filter(|k| k.starts_with("fd.")).cloned().collect()
 }
 
 #[test]
@@ -73,12 +64,7 @@ fn exec_output_and_exit_code_passthrough() {
     require_root!();
     let rt = Runtime::new("execexit");
     let (b, _) = sleeper(&rt);
-    let o = exec(
-        &rt,
-        &[],
-        &b.id,
-        &["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 7"],
-    );
+    let o = exec(&rt, &[], &b.id, &["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 7"]);
     assert_eq!(o.code(), Some(7), "exit 7 passes through\n{o}");
     assert_eq!(o.stdout, "to-stdout\n", "{o}");
     assert!(o.stderr.contains("to-stderr"), "{o}");
@@ -86,11 +72,7 @@ fn exec_output_and_exit_code_passthrough() {
     assert_eq!(o.code(), Some(0), "{o}");
     let o = exec(&rt, &[], &b.id, &["/bin/probe", "exit", "42"]);
     assert_eq!(o.code(), Some(42), "{o}");
-    assert_eq!(
-        rt.status(&b.id).as_deref(),
-        Some("running"),
-        "exec must not disturb init"
-    );
+    assert_eq!(rt.status(&b.id).as_deref(), Some("running"), "exec must not disturb init");
 }
 
 /// Killed by signal N: the runtime exits 128+N (runc's `ExitStatus`), it does not die itself.
@@ -117,10 +99,7 @@ fn exec_failure_exits_255_with_one_line() {
         assert_eq!(o.code(), Some(255), "exec of a missing binary\n{o}");
         let lines: Vec<&str> = o.stderr.trim_end().lines().collect();
         assert_eq!(lines.len(), 1, "exactly one error line\n{o}");
-        assert!(
-            lines[0].contains("no-such-binary"),
-            "the error names the binary\n{o}"
-        );
+        assert!(lines[0].contains("no-such-binary"), "the error names the binary\n{o}");
         assert!(o.stdout.is_empty(), "{o}");
     }
     assert!(pid_alive(pid), "init survives a failed exec");
@@ -147,26 +126,12 @@ fn exec_process_file_overrides_flags() {
     p["args"] = json!(["sh", "-c", "probe cwd; probe ids; probe env"]);
     p["cwd"] = json!("/home/tester");
     p["user"] = json!({"uid": 1000, "gid": 1001, "additionalGids": [5]});
-    p["env"]
-        .as_array_mut()
-        .unwrap()
-        .push("FROM_FILE=yes".into());
+    p["env"].as_array_mut().unwrap().push("FROM_FILE=yes".into());
     let file = rt.work().join("process.json");
     std::fs::write(&file, serde_json::to_vec(&p).unwrap()).unwrap();
     let o = exec(
         &rt,
-        &[
-            "-p",
-            file.to_str().unwrap(),
-            "--cwd",
-            "/",
-            "-e",
-            "FROM_FLAG=yes",
-            "-u",
-            "0:0",
-            "-g",
-            "7",
-        ],
+        &["-p", file.to_str().unwrap(), "--cwd", "/", "-e", "FROM_FLAG=yes", "-u", "0:0", "-g", "7"],
         &b.id,
         &[],
     )
@@ -176,14 +141,8 @@ fn exec_process_file_overrides_flags() {
     assert_eq!(kv["uid"], "1000", "the file's user wins\n{o}");
     assert_eq!(kv["gid"], "1001", "{o}");
     assert_eq!(kv["groups"], "5", "the file's additionalGids win\n{o}");
-    assert!(
-        o.stdout.lines().any(|l| l == "FROM_FILE=yes"),
-        "the file's env\n{o}"
-    );
-    assert!(
-        !o.stdout.contains("FROM_FLAG"),
-        "-e is ignored with -p\n{o}"
-    );
+    assert!(o.stdout.lines().any(|l| l == "FROM_FILE=yes"), "the file's env\n{o}");
+    assert!(!o.stdout.contains("FROM_FLAG"), "-e is ignored with -p\n{o}");
 
     // An invalid process file is an exec failure (255), not a crash.
     p["cwd"] = json!("relative/dir");
@@ -208,14 +167,9 @@ fn exec_detached_pid_file() {
         &["sh", "-c", "echo detached-out; exec /bin/probe sleep 600"],
     )
     .expect_ok("exec -d");
-    assert!(
-        t0.elapsed() < Duration::from_secs(10),
-        "exec -d must not wait for the program"
-    );
+    assert!(t0.elapsed() < Duration::from_secs(10), "exec -d must not wait for the program");
     let content = std::fs::read_to_string(&pidfile).expect("pid file written");
-    let pid: i32 = content
-        .parse()
-        .unwrap_or_else(|_| panic!("pid file must be a bare decimal pid, got {content:?}"));
+    let pid: i32 = content.parse().unwrap_or_else(|_| panic!("pid file must be a bare decimal pid, got {content:?}"));
     rt.track_pid(pid);
     assert!(pid_alive(pid), "the exec'd process runs");
     assert_ne!(pid, init);
@@ -224,12 +178,8 @@ fn exec_detached_pid_file() {
         readlink(&format!("/proc/{init}/ns/pid")),
         "the exec'd process is in the container's pid namespace"
     );
-    wait_for("detached output", || {
-        o.stdout_now().contains("detached-out")
-    });
-    wait_for("the program to exec", || {
-        tinyrun_conformance::cmdline(pid) == ["/bin/probe", "sleep", "600"]
-    });
+    wait_for("detached output", || o.stdout_now().contains("detached-out"));
+    wait_for("the program to exec", || tinyrun_conformance::cmdline(pid) == ["/bin/probe", "sleep", "600"]);
     // Nothing of the runtime lingers: only init and the exec'd program are ours.
     let mut left = rt.leftovers();
     left.sort();
@@ -238,8 +188,7 @@ fn exec_detached_pid_file() {
     assert_eq!(left, want, "runtime processes left after exec -d");
 
     // delete --force takes the exec'd process with it.
-    rt.run(&["delete", "--force", &b.id])
-        .expect_ok("delete --force");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete --force");
     wait_for("the exec'd process to die", || !pid_alive(pid));
     rt.assert_nothing_left(&b.id);
 }
@@ -252,36 +201,18 @@ fn exec_joins_container_cgroup() {
     let rt = Runtime::new("execcgroup");
     let (b, init) = sleeper(&rt);
     let pidfile = rt.work().join("exec.pid");
-    exec(
-        &rt,
-        &["-d", "--pid-file", pidfile.to_str().unwrap()],
-        &b.id,
-        &["/bin/probe", "sleep", "600"],
-    )
-    .expect_ok("exec -d");
+    exec(&rt, &["-d", "--pid-file", pidfile.to_str().unwrap()], &b.id, &["/bin/probe", "sleep", "600"])
+        .expect_ok("exec -d");
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().parse().unwrap();
     rt.track_pid(pid);
     let cg = |p: i32| std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap();
-    assert!(
-        cg(init).contains(&format!("/tinyrun-test/{}", b.id)),
-        "init is in its cgroup: {}",
-        cg(init)
-    );
-    assert_eq!(
-        cg(pid),
-        cg(init),
-        "the exec'd process must be in the container's cgroups"
-    );
+    assert!(cg(init).contains(&format!("/tinyrun-test/{}", b.id)), "init is in its cgroup: {}", cg(init));
+    assert_eq!(cg(pid), cg(init), "the exec'd process must be in the container's cgroups");
     // Foreground exec too.
-    let o = exec(&rt, &[], &b.id, &["/bin/probe", "cat", "/proc/self/cgroup"])
-        .expect_ok("probe cat cgroup");
+    let o = exec(&rt, &[], &b.id, &["/bin/probe", "cat", "/proc/self/cgroup"]).expect_ok("probe cat cgroup");
     let from_inside = o.stdout.clone();
-    let o2 = exec(&rt, &[], &b.id, &["/bin/probe", "cat", "/proc/1/cgroup"])
-        .expect_ok("probe cat init's cgroup");
-    assert_eq!(
-        from_inside, o2.stdout,
-        "a foreground exec is in init's cgroups (as seen inside)"
-    );
+    let o2 = exec(&rt, &[], &b.id, &["/bin/probe", "cat", "/proc/1/cgroup"]).expect_ok("probe cat init's cgroup");
+    assert_eq!(from_inside, o2.stdout, "a foreground exec is in init's cgroups (as seen inside)");
 }
 
 #[test]
@@ -313,16 +244,8 @@ fn exec_cwd_env_user_groups() {
     .expect_ok("exec with flags");
     let kv = o.kv();
     assert_eq!(kv["cwd"], "/home/tester", "{o}");
-    assert_eq!(
-        (kv["uid"].as_str(), kv["euid"].as_str()),
-        ("1000", "1000"),
-        "{o}"
-    );
-    assert_eq!(
-        (kv["gid"].as_str(), kv["egid"].as_str()),
-        ("1001", "1001"),
-        "{o}"
-    );
+    assert_eq!((kv["uid"].as_str(), kv["euid"].as_str()), ("1000", "1000"), "{o}");
+    assert_eq!((kv["gid"].as_str(), kv["egid"].as_str()), ("1001", "1001"), "{o}");
     let mut groups: Vec<&str> = kv["groups"].split(',').collect();
     groups.sort();
     assert_eq!(groups, ["5", "65534"], "{o}");
@@ -331,10 +254,7 @@ fn exec_cwd_env_user_groups() {
     assert!(lines.contains(&"WITH_EQ=a=b"), "{o}");
     let terms: Vec<&&str> = lines.iter().filter(|l| l.starts_with("TERM=")).collect();
     assert_eq!(terms, [&"TERM=dumb"], "-e overrides the config's TERM\n{o}");
-    assert!(
-        lines.iter().any(|l| l.starts_with("PATH=/")),
-        "the config's env is kept\n{o}"
-    );
+    assert!(lines.iter().any(|l| l.starts_with("PATH=/")), "the config's env is kept\n{o}");
 
     // -u UID alone keeps the config's gid (0).
     let o = exec(&rt, &["-u", "1000"], &b.id, &["/bin/probe", "ids"]).expect_ok("-u 1000");
@@ -345,12 +265,7 @@ fn exec_cwd_env_user_groups() {
     assert_eq!(o.kv()["uid"], "0", "{o}");
     assert_eq!(o.kv()["cwd"], "/", "{o}");
     // A cwd that does not exist is an exec failure.
-    let o = exec(
-        &rt,
-        &["--cwd", "/no/such/dir"],
-        &b.id,
-        &["/bin/probe", "cwd"],
-    );
+    let o = exec(&rt, &["--cwd", "/no/such/dir"], &b.id, &["/bin/probe", "cwd"]);
     assert_eq!(o.code(), Some(255), "missing --cwd\n{o}");
 }
 
@@ -363,34 +278,17 @@ fn exec_cap_added() {
     const SYS_ADMIN: u32 = 21;
     let plain = exec(&rt, &[], &b.id, &["/bin/probe", "caps"]).expect_ok("caps");
     for set in ["CapEff", "CapBnd", "CapPrm"] {
-        assert!(
-            !cap_bit(&plain.kv()[set], SYS_ADMIN),
-            "{set} without --cap\n{plain}"
-        );
-        assert!(
-            cap_bit(&plain.kv()[set], 5),
-            "CAP_KILL from the config in {set}\n{plain}"
-        );
+        assert!(!cap_bit(&plain.kv()[set], SYS_ADMIN), "{set} without --cap\n{plain}");
+        assert!(cap_bit(&plain.kv()[set], 5), "CAP_KILL from the config in {set}\n{plain}");
     }
-    let o = exec(
-        &rt,
-        &["--cap", "CAP_SYS_ADMIN"],
-        &b.id,
-        &["/bin/probe", "caps"],
-    )
-    .expect_ok("--cap CAP_SYS_ADMIN");
+    let o = exec(&rt, &["--cap", "CAP_SYS_ADMIN"], &b.id, &["/bin/probe", "caps"]).expect_ok("--cap CAP_SYS_ADMIN");
     for set in ["CapEff", "CapBnd", "CapPrm"] {
         assert!(cap_bit(&o.kv()[set], SYS_ADMIN), "{set} with --cap\n{o}");
         assert!(cap_bit(&o.kv()[set], 5), "config caps kept in {set}\n{o}");
     }
     // The long spelling, twice (repeated slice flag).
-    let o = exec(
-        &rt,
-        &["--cap", "CAP_SYS_ADMIN", "--cap", "CAP_NET_RAW"],
-        &b.id,
-        &["/bin/probe", "caps"],
-    )
-    .expect_ok("--cap twice");
+    let o = exec(&rt, &["--cap", "CAP_SYS_ADMIN", "--cap", "CAP_NET_RAW"], &b.id, &["/bin/probe", "caps"])
+        .expect_ok("--cap twice");
     assert!(cap_bit(&o.kv()["CapEff"], SYS_ADMIN), "{o}");
     assert!(cap_bit(&o.kv()["CapEff"], 13), "CAP_NET_RAW\n{o}");
 }
@@ -421,29 +319,15 @@ fn exec_preserve_fds() {
     let leak = File::open("/etc/hostname").unwrap();
 
     let mut cmd = rt.command(&["exec", "--preserve-fds", "1", &b.id, "/bin/probe", "fds"]);
-    tinyrun_conformance::pass_fds(
-        &mut cmd,
-        vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)],
-    );
+    tinyrun_conformance::pass_fds(&mut cmd, vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)]);
     let o = rt.output(cmd).expect_ok("exec --preserve-fds 1");
-    assert_eq!(
-        fd_keys(&o.stdout),
-        ["fd.0", "fd.1", "fd.2", "fd.3"],
-        "exactly stdio + fd 3\n{o}"
-    );
+    assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2", "fd.3"], "exactly stdio + fd 3\n{o}");
     assert_eq!(o.kv()["fd.3"], passed_path.to_str().unwrap(), "{o}");
 
     let mut cmd = rt.command(&["exec", &b.id, "/bin/probe", "fds"]);
-    tinyrun_conformance::pass_fds(
-        &mut cmd,
-        vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)],
-    );
+    tinyrun_conformance::pass_fds(&mut cmd, vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)]);
     let o = rt.output(cmd).expect_ok("exec without --preserve-fds");
-    assert_eq!(
-        fd_keys(&o.stdout),
-        ["fd.0", "fd.1", "fd.2"],
-        "only stdio\n{o}"
-    );
+    assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2"], "only stdio\n{o}");
 }
 
 /// The exec'd process is in every namespace of init (compared with the host's view of init).
@@ -459,10 +343,7 @@ fn assert_same_namespaces(rt: &Runtime, b: &Bundle, init: i32) {
         .collect();
     for (kind, link) in &ns {
         let theirs = readlink(&format!("/proc/{init}/ns/{kind}"));
-        assert_eq!(
-            *link, theirs,
-            "exec'd process's {kind} namespace differs from init's (config: {spec_kinds:?})"
-        );
+        assert_eq!(*link, theirs, "exec'd process's {kind} namespace differs from init's (config: {spec_kinds:?})");
     }
 }
 
@@ -474,11 +355,7 @@ fn exec_joins_every_namespace() {
     assert_same_namespaces(&rt, &b, init);
     // And they are not the host's (so the comparison means something).
     for kind in ["pid", "net", "ipc", "uts", "mnt", "cgroup"] {
-        assert_ne!(
-            readlink(&format!("/proc/{init}/ns/{kind}")),
-            readlink(&format!("/proc/self/ns/{kind}")),
-            "{kind}"
-        );
+        assert_ne!(readlink(&format!("/proc/{init}/ns/{kind}")), readlink(&format!("/proc/self/ns/{kind}")), "{kind}");
     }
     // The UTS namespace carries the hostname.
     let o = exec(&rt, &[], &b.id, &["/bin/probe", "hostname"]).expect_ok("hostname");
@@ -496,45 +373,27 @@ fn exec_joins_user_namespace() {
     let rt = Runtime::new("execuserns");
     let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
     let sample: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            tinyrun_conformance::workspace_root().join("bundles/configs/userns.json"),
-        )
-        .unwrap(),
+        &std::fs::read_to_string(tinyrun_conformance::workspace_root().join("bundles/configs/userns.json")).unwrap(),
     )
     .unwrap();
     b.config_mut(|c| {
-        c["linux"]["namespaces"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"type": "user"}));
+        c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
         c["linux"]["uidMappings"] = sample["linux"]["uidMappings"].clone();
         c["linux"]["gidMappings"] = sample["linux"]["gidMappings"].clone();
     });
     let init = start(&rt, &b);
-    assert_ne!(
-        readlink(&format!("/proc/{init}/ns/user")),
-        readlink("/proc/self/ns/user")
-    );
+    assert_ne!(readlink(&format!("/proc/{init}/ns/user")), readlink("/proc/self/ns/user"));
     assert_same_namespaces(&rt, &b, init);
     let o = exec(&rt, &[], &b.id, &["/bin/probe", "ids"]).expect_ok("ids");
     assert_eq!(o.kv()["uid"], "0", "root inside the user namespace\n{o}");
     let pidfile = rt.work().join("exec.pid");
-    exec(
-        &rt,
-        &["-d", "--pid-file", pidfile.to_str().unwrap()],
-        &b.id,
-        &["/bin/probe", "sleep", "600"],
-    )
-    .expect_ok("exec -d in a userns container");
+    exec(&rt, &["-d", "--pid-file", pidfile.to_str().unwrap()], &b.id, &["/bin/probe", "sleep", "600"])
+        .expect_ok("exec -d in a userns container");
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().parse().unwrap();
     rt.track_pid(pid);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    assert_eq!(
-        uid_line.split_whitespace().nth(1),
-        Some("100000"),
-        "the host sees the mapped uid: {uid_line}"
-    );
+    assert_eq!(uid_line.split_whitespace().nth(1), Some("100000"), "the host sees the mapped uid: {uid_line}");
     // Capabilities are those of the config, inside the user namespace.
     let o = exec(&rt, &[], &b.id, &["/bin/probe", "caps"]).expect_ok("caps");
     assert!(!cap_bit(&o.kv()["CapEff"], 21), "no CAP_SYS_ADMIN\n{o}");
@@ -546,24 +405,17 @@ fn exec_joins_user_namespace() {
 fn exec_joins_mount_namespace() {
     require_root!();
     let rt = Runtime::new("execmnt");
-    let b = rt.bundle(&[
-        "/bin/sh",
-        "-c",
-        "echo written-by-init > /tmp/marker && exec /bin/probe sleep 600",
-    ]);
-    b.add_mount(json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "size=1m"]}));
+    let b = rt.bundle(&["/bin/sh", "-c", "echo written-by-init > /tmp/marker && exec /bin/probe sleep 600"]);
+    b.add_mount(
+        json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "size=1m"]}),
+    );
     let init = start(&rt, &b);
-    wait_for("init's marker", || {
-        std::fs::read_to_string(format!("/proc/{init}/root/tmp/marker")).is_ok()
-    });
+    wait_for("init's marker", || std::fs::read_to_string(format!("/proc/{init}/root/tmp/marker")).is_ok());
     let o = exec(&rt, &[], &b.id, &["/bin/probe", "cat", "/tmp/marker"]).expect_ok("cat marker");
     assert_eq!(o.stdout, "written-by-init\n", "{o}");
     // And what exec writes, init's mount namespace sees.
     exec(&rt, &[], &b.id, &["sh", "-c", "echo from-exec > /tmp/back"]).expect_ok("write");
-    assert_eq!(
-        std::fs::read_to_string(format!("/proc/{init}/root/tmp/back")).unwrap(),
-        "from-exec\n"
-    );
+    assert_eq!(std::fs::read_to_string(format!("/proc/{init}/root/tmp/back")).unwrap(), "from-exec\n");
 }
 
 /// exec into a `created` container (init waiting for `start`) works and leaves it `created`;
@@ -576,11 +428,7 @@ fn exec_into_created_container() {
     let created = rt.create(&b).expect_ok("create");
     let o = exec(&rt, &[], &b.id, &["/bin/probe", "pid"]).expect_ok("exec into created");
     assert_ne!(o.kv()["pid"], "1", "{o}");
-    assert_eq!(
-        rt.status(&b.id).as_deref(),
-        Some("created"),
-        "exec must not start the container"
-    );
+    assert_eq!(rt.status(&b.id).as_deref(), Some("created"), "exec must not start the container");
     assert!(!created.stdout_now().contains("user-program-ran"));
     rt.run(&["start", &b.id]).expect_ok("start after exec");
     rt.wait_status(&b.id, "stopped");
@@ -601,10 +449,7 @@ fn exec_refused_on_stopped_container() {
     assert!(!o.ok(), "exec into a stopped container must fail\n{o}");
     assert!(o.code().is_some(), "{o}");
     assert!(o.stdout.is_empty(), "nothing ran\n{o}");
-    assert!(
-        o.stderr.contains("stopped"),
-        "the error says the container is stopped\n{o}"
-    );
+    assert!(o.stderr.contains("stopped"), "the error says the container is stopped\n{o}");
     assert_eq!(o.stderr.trim_end().lines().count(), 1, "{o}");
     rt.run(&["delete", &b.id]).expect_ok("delete");
     rt.assert_nothing_left(&b.id);
@@ -671,21 +516,7 @@ fn exec_args_after_id_are_the_command() {
         &rt,
         &[],
         &b.id,
-        &[
-            "sh",
-            "-c",
-            "echo \"$@\"",
-            "sh",
-            "--cwd",
-            "/nope",
-            "-e",
-            "X=1",
-            "-d",
-            "--help",
-            "-t",
-            "-u",
-            "5",
-        ],
+        &["sh", "-c", "echo \"$@\"", "sh", "--cwd", "/nope", "-e", "X=1", "-d", "--help", "-t", "-u", "5"],
     )
     .expect_ok("flag-like arguments");
     assert_eq!(o.stdout, "--cwd /nope -e X=1 -d --help -t -u 5\n", "{o}");

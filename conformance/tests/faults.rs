@@ -35,9 +35,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tinyrun_conformance::{
-    cgroup_dirs, cmdline, pid_alive, require_root, skip, Bundle, Out, Runtime,
-};
+use tinyrun_conformance::{cgroup_dirs, cmdline, pid_alive, require_root, skip, Bundle, Out, Runtime};
 
 /// Known runtime bugs, recognised by their symptom in a case's verdict (not by case name: the
 /// create protocol changes, and which step shows which bug moves with it):
@@ -46,7 +44,11 @@ type Symptom = fn(&str) -> bool;
 const KNOWN_BUGS: &[(&str, Symptom, &str)] = &[
     (
         "cgroup-left-without-record",
-        |e| e.starts_with("state: does not exist") && e.contains("after delete --force: left behind") && e.contains("cgroup dirs [\""),
+        |e| {
+            e.starts_with("state: does not exist")
+                && e.contains("after delete --force: left behind")
+                && e.contains("cgroup dirs [\"")
+        },
         "cgroup dirs made before state.json is written are left behind by `delete --force`: with no record, \
          delete removes only the state dir (config.json, which names cgroupsPath, is already there)",
     ),
@@ -74,20 +76,13 @@ fn skip_unless_tinyrun() -> bool {
     let bin = tinyrun_conformance::runtime_bin();
     let ours = bin.file_name().is_some_and(|n| n == "tinyrun");
     if !ours {
-        eprintln!(
-            "SKIP: the kill points are tinyrun's own syscall sequence, not {}'s",
-            bin.display()
-        );
+        eprintln!("SKIP: the kill points are tinyrun's own syscall sequence, not {}'s", bin.display());
     }
     !ours
 }
 
 fn have_strace() -> bool {
-    Command::new("strace")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    Command::new("strace").arg("-V").stdout(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 /// `strace -o TRACE <strace_args> -- <bin> --root R <args>` with the test's tag, ready to spawn.
@@ -112,20 +107,10 @@ fn strs(v: &[&str]) -> Vec<String> {
 
 /// `-P` for each place the container's cgroup dir can be made: `/sys/fs/cgroup[/<h>]/tinyrun-test/ID`.
 fn cgroup_path_filters(id: &str) -> Vec<String> {
-    let mut v = vec![
-        "-P".to_string(),
-        format!("/sys/fs/cgroup/tinyrun-test/{id}"),
-    ];
-    for e in fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
+    let mut v = vec!["-P".to_string(), format!("/sys/fs/cgroup/tinyrun-test/{id}")];
+    for e in fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
         v.push("-P".into());
-        v.push(format!(
-            "/sys/fs/cgroup/{}/tinyrun-test/{id}",
-            e.file_name().to_string_lossy()
-        ));
+        v.push(format!("/sys/fs/cgroup/{}/tinyrun-test/{id}", e.file_name().to_string_lossy()));
     }
     v
 }
@@ -135,12 +120,7 @@ fn cgroup_path_filters(id: &str) -> Vec<String> {
 /// intermediate).
 fn killed_at(trace: &Path) -> String {
     let text = fs::read_to_string(trace).unwrap_or_default();
-    let first_pid = text
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().next())
-        .unwrap_or("")
-        .to_string();
+    let first_pid = text.lines().next().and_then(|l| l.split_whitespace().next()).unwrap_or("").to_string();
     let killed = text.lines().find(|l| l.trim_end().ends_with("= ?"));
     match killed {
         None => "no traced call was interrupted".into(),
@@ -180,12 +160,7 @@ const HANG: Duration = Duration::from_secs(6);
 fn run_bounded(rt: &Runtime, args: &[&str]) -> Result<Out, String> {
     let mut running = rt.spawn(args);
     let deadline = Instant::now() + HANG;
-    while running
-        .child
-        .try_wait()
-        .map_err(|e| e.to_string())?
-        .is_none()
-    {
+    while running.child.try_wait().map_err(|e| e.to_string())?.is_none() {
         if Instant::now() > deadline {
             let _ = running.child.kill();
             let _ = running.wait();
@@ -204,10 +179,7 @@ fn settle_leftovers(rt: &Runtime) -> Vec<String> {
         std::thread::sleep(Duration::from_millis(50));
         procs = rt.leftovers();
     }
-    procs
-        .iter()
-        .map(|p| format!("{p} {:?}", cmdline(*p)))
-        .collect()
+    procs.iter().map(|p| format!("{p} {:?}", cmdline(*p))).collect()
 }
 
 fn procs_in_cgroup(id: &str) -> Vec<i32> {
@@ -241,13 +213,10 @@ fn state_truth(rt: &Runtime, b: &Bundle) -> Result<String, String> {
         let procs = settle_leftovers(rt);
         return match procs.is_empty() {
             true => Ok("does not exist".into()),
-            false => Err(format!(
-                "state: does not exist, but processes live: {procs:?}"
-            )),
+            false => Err(format!("state: does not exist, but processes live: {procs:?}")),
         };
     }
-    let st: Value = serde_json::from_str(&o.stdout)
-        .map_err(|e| format!("state is not JSON ({e}): {}", o.stdout))?;
+    let st: Value = serde_json::from_str(&o.stdout).map_err(|e| format!("state is not JSON ({e}): {}", o.stdout))?;
     let pid = st["pid"].as_i64().unwrap_or(-1) as i32;
     let status = st["status"].as_str().unwrap_or("?").to_string();
     if pid > 1 {
@@ -258,34 +227,23 @@ fn state_truth(rt: &Runtime, b: &Bundle) -> Result<String, String> {
             // The real test of `created`: start works and the program runs.
             let s = run_bounded(rt, &["start", &b.id])?;
             if !s.ok() {
-                return Err(format!(
-                    "state: created (init {pid} waiting), but start failed: {}",
-                    s.stderr.trim()
-                ));
+                return Err(format!("state: created (init {pid} waiting), but start failed: {}", s.stderr.trim()));
             }
             Ok(format!("created (pid {pid}; start then worked)"))
         }
-        "created" if pid > 1 && pid_alive(pid) => Err(format!(
-            "state: created, but init {pid} has already exec'd {:?}",
-            cmdline(pid)
-        )),
-        "running" if pid > 1 && pid_alive(pid) && !exe_is_runtime(pid, &rt.bin) => {
-            Ok(format!("running (pid {pid})"))
+        "created" if pid > 1 && pid_alive(pid) => {
+            Err(format!("state: created, but init {pid} has already exec'd {:?}", cmdline(pid)))
         }
+        "running" if pid > 1 && pid_alive(pid) && !exe_is_runtime(pid, &rt.bin) => Ok(format!("running (pid {pid})")),
         "stopped" if pid == 0 => {
             let procs = procs_in_cgroup(&b.id);
             let left = settle_leftovers(rt);
             match (procs.is_empty(), left.is_empty()) {
                 (true, true) => Ok("stopped".into()),
-                _ => Err(format!(
-                    "state: stopped, but alive: cgroup {procs:?}, processes {left:?}"
-                )),
+                _ => Err(format!("state: stopped, but alive: cgroup {procs:?}, processes {left:?}")),
             }
         }
-        _ => Err(format!(
-            "state: {status} with pid {pid} (alive: {})",
-            pid > 0 && pid_alive(pid)
-        )),
+        _ => Err(format!("state: {status} with pid {pid} (alive: {})", pid > 0 && pid_alive(pid))),
     }
 }
 
@@ -293,16 +251,9 @@ fn state_truth(rt: &Runtime, b: &Bundle) -> Result<String, String> {
 fn on_disk(rt: &Runtime, id: &str) -> String {
     let dir = rt.root().join(id);
     let files: Vec<String> = fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .collect()
-        })
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
         .unwrap_or_default();
-    let state = if dir.exists() {
-        format!("state dir {files:?}")
-    } else {
-        "no state dir".into()
-    };
+    let state = if dir.exists() { format!("state dir {files:?}") } else { "no state dir".into() };
     format!("{state}, {} cgroup dirs", cgroup_dirs(id).len())
 }
 
@@ -327,39 +278,24 @@ fn verify(rt: &Runtime, b: &Bundle, config: &Value) -> Result<String, String> {
     let disk = on_disk(rt, &b.id);
     let d = run_bounded(rt, &["delete", "--force", &b.id])?;
     if !d.ok() {
-        return Err(format!(
-            "state: {said}; {disk}; delete --force failed: {}",
-            d.stderr.trim()
-        ));
+        return Err(format!("state: {said}; {disk}; delete --force failed: {}", d.stderr.trim()));
     }
-    nothing_left(rt, &b.id)
-        .map_err(|e| format!("state: {said}; {disk}; after delete --force: {e}"))?;
+    nothing_left(rt, &b.id).map_err(|e| format!("state: {said}; {disk}; after delete --force: {e}"))?;
     b.config_mut(|c| *c = config.clone());
     let c = run_bounded(rt, &["create", "--bundle", b.path(), &b.id])?;
     if !c.ok() {
-        return Err(format!(
-            "state: {said}; {disk}; id not reusable: create failed: {}",
-            c.stderr.trim()
-        ));
+        return Err(format!("state: {said}; {disk}; id not reusable: create failed: {}", c.stderr.trim()));
     }
     let again = run_bounded(rt, &["state", &b.id])?;
     if !again.stdout.contains("\"created\"") {
-        return Err(format!(
-            "re-created container is not created: {}",
-            again.stdout
-        ));
+        return Err(format!("re-created container is not created: {}", again.stdout));
     }
     let d = run_bounded(rt, &["delete", "--force", &b.id])?;
     if !d.ok() {
-        return Err(format!(
-            "delete --force of the re-created container failed: {}",
-            d.stderr.trim()
-        ));
+        return Err(format!("delete --force of the re-created container failed: {}", d.stderr.trim()));
     }
     nothing_left(rt, &b.id).map_err(|e| format!("after re-create and delete --force: {e}"))?;
-    Ok(format!(
-        "state: {said}; before delete: {disk}; delete --force cleaned up; id reused"
-    ))
+    Ok(format!("state: {said}; before delete: {disk}; delete --force cleaned up; id reused"))
 }
 
 /// One case: a fresh runtime and bundle, `prepare` (e.g. create for start faults), `inflict`,
@@ -382,30 +318,19 @@ fn case(
     if verdict.is_err() {
         // Unblock the harness's cleanup (a stuck init can hold the state dir's lock).
         for p in rt.leftovers() {
-            let _ =
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
         }
     }
-    let bug = verdict
-        .as_ref()
-        .err()
-        .and_then(|e| KNOWN_BUGS.iter().find(|(_, m, _)| m(e)));
+    let bug = verdict.as_ref().err().and_then(|e| KNOWN_BUGS.iter().find(|(_, m, _)| m(e)));
     let (mark, text, failed) = match (&verdict, bug) {
         (Ok(v), _) => ("ok", v.clone(), false),
         (Err(e), Some((name, _, why))) => {
             seen_bug(name);
-            (
-                "KNOWN BUG",
-                format!("{e}\n      bug {name}: {why}"),
-                strict(),
-            )
+            ("KNOWN BUG", format!("{e}\n      bug {name}: {why}"), strict())
         }
         (Err(e), None) => ("FAIL", e.clone(), true),
     };
-    let row = format!(
-        "{name:<28} killed: {}; runtime {}\n      {mark}: {text}",
-        inf.what, inf.exit
-    );
+    let row = format!("{name:<28} killed: {}; runtime {}\n      {mark}: {text}", inf.what, inf.exit);
     eprintln!("{row}");
     if failed {
         Err(row)
@@ -427,27 +352,14 @@ fn seen_bug(name: &'static str) {
 fn report(results: Vec<Result<(), String>>) {
     eprintln!("known bugs seen so far: {:?}", SEEN.lock().unwrap());
     let failed: Vec<String> = results.into_iter().filter_map(Result::err).collect();
-    assert!(
-        failed.is_empty(),
-        "{} case(s) failed:\n{}",
-        failed.len(),
-        failed.join("\n")
-    );
+    assert!(failed.is_empty(), "{} case(s) failed:\n{}", failed.len(), failed.join("\n"));
 }
 
 /// Runs `create` under strace with `strace_args`; the victim comes from the trace.
 fn create_under(rt: &Runtime, b: &Bundle, strace_args: Vec<String>) -> Inflicted {
     let trace = rt.work().join("create.trace");
-    let o = rt.output(strace_cmd(
-        rt,
-        &trace,
-        &strace_args,
-        &["create", "--bundle", b.path(), &b.id],
-    ));
-    Inflicted {
-        what: killed_at(&trace),
-        exit: exit_of(&o),
-    }
+    let o = rt.output(strace_cmd(rt, &trace, &strace_args, &["create", "--bundle", b.path(), &b.id]));
+    Inflicted { what: killed_at(&trace), exit: exit_of(&o) }
 }
 
 fn no_prepare(_: &Runtime, _: &Bundle) {}
@@ -472,20 +384,10 @@ impl Calibration {
         let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
         let trace = rt.work().join("calibration.trace");
         let args = strs(&["-s", "64", "-e", "trace=sendto,recvfrom,rename,flock,mkdir"]);
-        let o = rt.output(strace_cmd(
-            &rt,
-            &trace,
-            &args,
-            &["create", "--bundle", b.path(), &b.id],
-        ));
+        let o = rt.output(strace_cmd(&rt, &trace, &args, &["create", "--bundle", b.path(), &b.id]));
         o.expect_ok("calibration create under strace");
-        rt.run(&["delete", "--force", &b.id])
-            .expect_ok("delete the calibration container");
-        let lines = fs::read_to_string(&trace)
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect();
+        rt.run(&["delete", "--force", &b.id]).expect_ok("delete the calibration container");
+        let lines = fs::read_to_string(&trace).unwrap_or_default().lines().map(str::to_string).collect();
         Calibration { lines }
     }
 
@@ -511,12 +413,7 @@ impl Calibration {
             eprintln!("SKIP: calibration: no {syscall} call with {needle:?} in create; the protocol changed?");
         }
         when.map(|w| {
-            strs(&[
-                "-e",
-                &format!("trace={syscall}"),
-                "-e",
-                &format!("inject={syscall}:signal=KILL:when={w}"),
-            ])
+            strs(&["-e", &format!("trace={syscall}"), "-e", &format!("inject={syscall}:signal=KILL:when={w}")])
         })
     }
 }
@@ -531,12 +428,7 @@ fn runtime_killed_at_each_step_of_create() {
         return;
     }
     let kill_at = |syscall: &str, when: u32| {
-        strs(&[
-            "-e",
-            &format!("trace={syscall}"),
-            "-e",
-            &format!("inject={syscall}:signal=KILL:when={when}"),
-        ])
+        strs(&["-e", &format!("trace={syscall}"), "-e", &format!("inject={syscall}:signal=KILL:when={when}")])
     };
     let cal = Calibration::run();
     let mut results = Vec::new();
@@ -545,12 +437,8 @@ fn runtime_killed_at_each_step_of_create() {
         a.extend(kill_at("mkdir", 1));
         create_under(rt, b, a)
     }));
-    results.push(case("create/socketpair", no_prepare, |rt, b| {
-        create_under(rt, b, kill_at("socketpair", 1))
-    }));
-    results.push(case("create/clone3", no_prepare, |rt, b| {
-        create_under(rt, b, kill_at("clone3", 1))
-    }));
+    results.push(case("create/socketpair", no_prepare, |rt, b| create_under(rt, b, kill_at("socketpair", 1))));
+    results.push(case("create/clone3", no_prepare, |rt, b| create_under(rt, b, kill_at("clone3", 1))));
     results.push(case("create/first-cgroup-mkdir", no_prepare, |rt, b| {
         let mut a = cgroup_path_filters(&b.id);
         a.extend(kill_at("mkdir", 1));
@@ -599,27 +487,18 @@ fn init_killed_at_each_stage() {
         return;
     }
     let in_init = |syscall: &str| {
-        strs(&[
-            "-f",
-            "-e",
-            &format!("trace=execve,{syscall}"),
-            "-e",
-            &format!("inject={syscall}:signal=KILL:when=1"),
-        ])
+        strs(&["-f", "-e", &format!("trace=execve,{syscall}"), "-e", &format!("inject={syscall}:signal=KILL:when=1")])
     };
     let mut results = Vec::new();
     // Only init calls these (the runtime mounts nothing with mount(2)).
-    results.push(case("create/init-at-unshare", no_prepare, |rt, b| {
-        create_under(rt, b, in_init("unshare"))
-    }));
-    results.push(case("create/init-at-first-mount", no_prepare, |rt, b| {
-        create_under(rt, b, in_init("mount"))
-    }));
-    results.push(case("create/init-at-pivot_root", no_prepare, |rt, b| {
-        create_under(rt, b, in_init("pivot_root"))
-    }));
+    results.push(case("create/init-at-unshare", no_prepare, |rt, b| create_under(rt, b, in_init("unshare"))));
+    results.push(case("create/init-at-first-mount", no_prepare, |rt, b| create_under(rt, b, in_init("mount"))));
+    results.push(case("create/init-at-pivot_root", no_prepare, |rt, b| create_under(rt, b, in_init("pivot_root"))));
     results.push(case("create/init-killed-in-hook", no_prepare, |rt, b| {
-        add_create_runtime_hook(b, r#"read -r s; p=${s#*\"pid\":}; p=${p%%[!0-9]*}; [ "$p" -gt 1 ] && kill -9 "$p"; exit 0"#);
+        add_create_runtime_hook(
+            b,
+            r#"read -r s; p=${s#*\"pid\":}; p=${p%%[!0-9]*}; [ "$p" -gt 1 ] && kill -9 "$p"; exit 0"#,
+        );
         let o = rt.create(b);
         Inflicted { what: "init, by a createRuntime hook (after its mounts)".into(), exit: exit_of(&o) }
     }));
@@ -627,20 +506,13 @@ fn init_killed_at_each_stage() {
         let st = rt.state(&b.id).expect("state");
         let pid = st["pid"].as_i64().expect("pid") as i32;
         assert!(pid > 1, "{st}");
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
-            .expect("kill init");
-        format!(
-            "init (pid {pid}) by the test, while {}",
-            st["status"].as_str().unwrap_or("?")
-        )
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).expect("kill init");
+        format!("init (pid {pid}) by the test, while {}", st["status"].as_str().unwrap_or("?"))
     };
     results.push(case(
         "init/created",
         |rt, b| drop(rt.create(b).expect_ok("create")),
-        |rt, b| Inflicted {
-            what: kill_init(rt, b),
-            exit: "-".into(),
-        },
+        |rt, b| Inflicted { what: kill_init(rt, b), exit: "-".into() },
     ));
     results.push(case(
         "init/running",
@@ -648,10 +520,7 @@ fn init_killed_at_each_stage() {
             rt.create(b).expect_ok("create");
             rt.run(&["start", &b.id]).expect_ok("start");
         },
-        |rt, b| Inflicted {
-            what: kill_init(rt, b),
-            exit: "-".into(),
-        },
+        |rt, b| Inflicted { what: kill_init(rt, b), exit: "-".into() },
     ));
     results.push(case(
         "init/during-start",
@@ -659,30 +528,19 @@ fn init_killed_at_each_stage() {
         |rt, b| {
             // start's connect is held for 0.5 s (start holds the state lock meanwhile, so the
             // pid is read before); init dies in that window.
-            let pid = rt.state(&b.id).expect("state")["pid"]
-                .as_i64()
-                .expect("pid") as i32;
+            let pid = rt.state(&b.id).expect("state")["pid"].as_i64().expect("pid") as i32;
             assert!(pid > 1);
             let trace = rt.work().join("start.trace");
-            let args = strs(&[
-                "-e",
-                "trace=connect",
-                "-e",
-                "inject=connect:delay_enter=500000",
-            ]);
+            let args = strs(&["-e", "trace=connect", "-e", "inject=connect:delay_enter=500000"]);
             let running = rt.spawn_cmd(strace_cmd(rt, &trace, &args, &["start", &b.id]));
             std::thread::sleep(Duration::from_millis(200));
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
-                .expect("kill init");
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).expect("kill init");
             let o = running.wait();
             let what = format!(
                 "init (pid {pid}) by the test while start was held at connect; start said {:?}",
                 o.stderr.trim()
             );
-            Inflicted {
-                what,
-                exit: exit_of(&o),
-            }
+            Inflicted { what, exit: exit_of(&o) }
         },
     ));
     report(results);
@@ -700,50 +558,21 @@ fn runtime_killed_at_each_step_of_start_and_run() {
     let created = |rt: &Runtime, b: &Bundle| drop(rt.create(b).expect_ok("create"));
     let start_under = |rt: &Runtime, b: &Bundle, syscall: &str| {
         let trace = rt.work().join("start.trace");
-        let args = strs(&[
-            "-e",
-            &format!("trace={syscall}"),
-            "-e",
-            &format!("inject={syscall}:signal=KILL:when=1"),
-        ]);
+        let args = strs(&["-e", &format!("trace={syscall}"), "-e", &format!("inject={syscall}:signal=KILL:when=1")]);
         let o = rt.output(strace_cmd(rt, &trace, &args, &["start", &b.id]));
-        Inflicted {
-            what: killed_at(&trace),
-            exit: exit_of(&o),
-        }
+        Inflicted { what: killed_at(&trace), exit: exit_of(&o) }
     };
     let mut results = Vec::new();
-    results.push(case("start/at-connect", created, |rt, b| {
-        start_under(rt, b, "connect")
-    }));
-    results.push(case("start/after-connect", created, |rt, b| {
-        start_under(rt, b, "sendto")
-    }));
-    results.push(case("start/after-write", created, |rt, b| {
-        start_under(rt, b, "recvfrom")
-    }));
-    results.push(case("start/at-unlink-start.sock", created, |rt, b| {
-        start_under(rt, b, "unlink")
-    }));
+    results.push(case("start/at-connect", created, |rt, b| start_under(rt, b, "connect")));
+    results.push(case("start/after-connect", created, |rt, b| start_under(rt, b, "sendto")));
+    results.push(case("start/after-write", created, |rt, b| start_under(rt, b, "recvfrom")));
+    results.push(case("start/at-unlink-start.sock", created, |rt, b| start_under(rt, b, "unlink")));
     results.push(case("run/waiting-for-program", no_prepare, |rt, b| {
         // A foreground run makes its signalfd once the program runs, just before it waits.
         let trace = rt.work().join("run.trace");
-        let args = strs(&[
-            "-e",
-            "trace=signalfd4",
-            "-e",
-            "inject=signalfd4:signal=KILL:when=1",
-        ]);
-        let o = rt.output(strace_cmd(
-            rt,
-            &trace,
-            &args,
-            &["run", "--bundle", b.path(), &b.id],
-        ));
-        Inflicted {
-            what: killed_at(&trace),
-            exit: exit_of(&o),
-        }
+        let args = strs(&["-e", "trace=signalfd4", "-e", "inject=signalfd4:signal=KILL:when=1"]);
+        let o = rt.output(strace_cmd(rt, &trace, &args, &["run", "--bundle", b.path(), &b.id]));
+        Inflicted { what: killed_at(&trace), exit: exit_of(&o) }
     }));
     report(results);
 }

@@ -8,15 +8,12 @@ use tinyrun_conformance::{require_root, Runtime};
 
 fn features(rt: &Runtime) -> (Value, String) {
     let o = rt.run_raw(&["features"]).expect_ok("features");
-    let v: Value = serde_json::from_str(&o.stdout)
-        .unwrap_or_else(|e| panic!("features is not JSON ({e})\n{o}"));
+    let v: Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("features is not JSON ({e})\n{o}"));
     (v, o.stdout)
 }
 
 fn strings(v: &Value) -> Vec<&str> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
+    v.as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
 }
 
 #[test]
@@ -24,31 +21,14 @@ fn document_shape() {
     let rt = Runtime::new("features");
     let (v, text) = features(&rt);
     assert_eq!(v["ociVersionMin"], "1.0.0");
-    assert!(
-        v["ociVersionMax"]
-            .as_str()
-            .is_some_and(|s| s.starts_with("1.")),
-        "{v}"
-    );
-    assert!(
-        text.starts_with("{\n    \"ociVersionMin\""),
-        "4-space indent like runc:\n{text}"
-    );
+    assert!(v["ociVersionMax"].as_str().is_some_and(|s| s.starts_with("1.")), "{v}");
+    assert!(text.starts_with("{\n    \"ociVersionMin\""), "4-space indent like runc:\n{text}");
     let hooks = strings(&v["hooks"]);
-    for h in [
-        "prestart",
-        "createRuntime",
-        "createContainer",
-        "startContainer",
-        "poststart",
-        "poststop",
-    ] {
+    for h in ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"] {
         assert!(hooks.contains(&h), "hook {h}: {hooks:?}");
     }
     let opts = strings(&v["mountOptions"]);
-    for o in [
-        "ro", "rw", "nosuid", "nodev", "noexec", "bind", "rbind", "rprivate", "rslave",
-    ] {
+    for o in ["ro", "rw", "nosuid", "nodev", "noexec", "bind", "rbind", "rprivate", "rslave"] {
         assert!(opts.contains(&o), "mount option {o}: {opts:?}");
     }
     let linux = &v["linux"];
@@ -57,10 +37,7 @@ fn document_shape() {
         assert!(ns.contains(&n), "namespace {n}: {ns:?}");
     }
     let caps = strings(&linux["capabilities"]);
-    assert!(
-        caps.contains(&"CAP_SYS_ADMIN") && caps.contains(&"CAP_CHOWN"),
-        "{caps:?}"
-    );
+    assert!(caps.contains(&"CAP_SYS_ADMIN") && caps.contains(&"CAP_CHOWN"), "{caps:?}");
     let sc = &linux["seccomp"];
     assert_eq!(sc["enabled"], true);
     let actions = strings(&sc["actions"]);
@@ -79,30 +56,16 @@ fn document_shape() {
     assert_eq!(strings(&sc["operators"]).len(), 7, "{sc}");
     assert!(strings(&sc["archs"]).contains(&"SCMP_ARCH_X86_64"), "{sc}");
     let known = strings(&sc["knownFlags"]);
-    assert!(
-        strings(&sc["supportedFlags"])
-            .iter()
-            .all(|f| known.contains(f)),
-        "supported ⊆ known: {sc}"
-    );
-    assert!(
-        v["annotations"]["io.github.seccomp.libseccomp.version"].is_string(),
-        "{v}"
-    );
+    assert!(strings(&sc["supportedFlags"]).iter().all(|f| known.contains(f)), "supported ⊆ known: {sc}");
+    assert!(v["annotations"]["io.github.seccomp.libseccomp.version"].is_string(), "{v}");
     if rt.is_runc() {
         eprintln!("runc: not checking the tinyrun-only claims (cgroup drivers, idmap)");
         return;
     }
     assert_eq!(linux["cgroup"]["systemd"], false, "no systemd driver: {v}");
-    assert_eq!(
-        linux["mountExtensions"]["idmap"]["enabled"], false,
-        "no id-mapped mounts: {v}"
-    );
+    assert_eq!(linux["mountExtensions"]["idmap"]["enabled"], false, "no id-mapped mounts: {v}");
     for o in opts {
-        assert!(
-            !o.starts_with("rr") && o != "idmap",
-            "{o} is refused by tinyrun, must not be listed"
-        );
+        assert!(!o.starts_with("rr") && o != "idmap", "{o} is refused by tinyrun, must not be listed");
     }
 }
 
@@ -117,10 +80,7 @@ fn listed_seccomp_features_work() {
     let flags = strings(&sc["supportedFlags"]);
     assert!(strings(&sc["operators"]).contains(&"SCMP_CMP_MASKED_EQ"));
     let b = rt.bundle(&["/bin/mkdir", "/tmp/x"]);
-    let usable: Vec<&str> = flags
-        .into_iter()
-        .filter(|f| *f != "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV")
-        .collect();
+    let usable: Vec<&str> = flags.into_iter().filter(|f| *f != "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV").collect();
     let mut profile = json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
         {"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::EXDEV,
          "args": [{"index": 0, "value": 0, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]}]});

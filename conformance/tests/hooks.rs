@@ -28,19 +28,10 @@ fn hooked_bundle(rt: &Runtime) -> (Bundle, std::path::PathBuf) {
     b.add_mount(json!({"destination": "/var", "type": "bind", "source": logdir, "options": ["rbind", "rw"]}));
     b.config_mut(|c| {
         let mut hooks = serde_json::Map::new();
-        for name in [
-            "prestart",
-            "createRuntime",
-            "createContainer",
-            "poststart",
-            "poststop",
-        ] {
+        for name in ["prestart", "createRuntime", "createContainer", "poststart", "poststop"] {
             hooks.insert(name.into(), json!([hook(name, &host_log)]));
         }
-        hooks.insert(
-            "startContainer".into(),
-            json!([hook("startContainer", "/var/hooks.log")]),
-        );
+        hooks.insert("startContainer".into(), json!([hook("startContainer", "/var/hooks.log")]));
         c["hooks"] = hooks.into();
     });
     (b, log)
@@ -70,11 +61,7 @@ fn names(entries: &[(String, Value)]) -> Vec<&str> {
 fn wait_for_line(log: &Path, name: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while !names(&read_log(log)).contains(&name) {
-        assert!(
-            Instant::now() < deadline,
-            "{name} never appeared in {}",
-            log.display()
-        );
+        assert!(Instant::now() < deadline, "{name} never appeared in {}", log.display());
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -88,14 +75,8 @@ fn all_hooks_in_order_with_state_on_stdin() {
     let pid = rt.state(&b.id).unwrap()["pid"].as_i64().unwrap();
     let after_create = read_log(&log);
     let n = names(&after_create);
-    assert!(
-        n.starts_with(&["prestart", "createRuntime", "createContainer"]),
-        "create-time hooks: {n:?}"
-    );
-    assert!(
-        !n.contains(&"startContainer") && !n.contains(&"user-program"),
-        "ran before start: {n:?}"
-    );
+    assert!(n.starts_with(&["prestart", "createRuntime", "createContainer"]), "create-time hooks: {n:?}");
+    assert!(!n.contains(&"startContainer") && !n.contains(&"user-program"), "ran before start: {n:?}");
 
     rt.run(&["start", &b.id]).expect_ok("start");
     wait_for_line(&log, "user-program");
@@ -111,14 +92,7 @@ fn all_hooks_in_order_with_state_on_stdin() {
         let without: Vec<&str> = n.iter().copied().filter(|x| *x != "poststart").collect();
         assert_eq!(
             without,
-            [
-                "prestart",
-                "createRuntime",
-                "createContainer",
-                "startContainer",
-                "user-program",
-                "poststop"
-            ]
+            ["prestart", "createRuntime", "createContainer", "startContainer", "user-program", "poststop"]
         );
         assert_eq!(n.iter().filter(|x| **x == "poststart").count(), 1, "{n:?}");
     } else {
@@ -127,14 +101,7 @@ fn all_hooks_in_order_with_state_on_stdin() {
         let without: Vec<&str> = n.iter().copied().filter(|x| *x != "user-program").collect();
         assert_eq!(
             without,
-            [
-                "prestart",
-                "createRuntime",
-                "createContainer",
-                "startContainer",
-                "poststart",
-                "poststop"
-            ]
+            ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"]
         );
         let pos = |x: &str| n.iter().position(|y| *y == x).unwrap();
         assert!(pos("startContainer") < pos("user-program"), "{n:?}");
@@ -147,20 +114,13 @@ fn all_hooks_in_order_with_state_on_stdin() {
         assert_eq!(st["id"], b.id.as_str(), "{name}: {st}");
         assert_eq!(st["bundle"], b.path(), "{name}: {st}");
         assert!(st["ociVersion"].is_string(), "{name}: {st}");
-        let status = st["status"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{name}: no status: {st}"));
+        let status = st["status"].as_str().unwrap_or_else(|| panic!("{name}: no status: {st}"));
         if name == "poststop" {
             assert_eq!(status, "stopped", "{st}");
             continue;
         }
-        assert!(
-            ["creating", "created", "running"].contains(&status),
-            "{name}: {st}"
-        );
-        let hook_pid = st["pid"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("{name}: no pid: {st}"));
+        assert!(["creating", "created", "running"].contains(&status), "{name}: {st}");
+        let hook_pid = st["pid"].as_i64().unwrap_or_else(|| panic!("{name}: no pid: {st}"));
         if ["prestart", "createRuntime", "poststart"].contains(&name.as_str()) {
             // Runtime-namespace hooks see the host pid of the container process.
             assert_eq!(hook_pid, pid, "{name}: {st}");
@@ -181,15 +141,8 @@ fn hooks_with_run() {
     let entries = read_log(&log);
     let mut n = names(&entries);
     n.sort();
-    let mut want = [
-        "prestart",
-        "createRuntime",
-        "createContainer",
-        "startContainer",
-        "poststart",
-        "user-program",
-        "poststop",
-    ];
+    let mut want =
+        ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "user-program", "poststop"];
     want.sort();
     assert_eq!(n, want);
 }
@@ -201,12 +154,7 @@ fn createcontainer_runs_in_container_namespaces() {
     let logdir = rt.tempdir();
     let log = logdir.join("ns.log");
     let b = rt.bundle(&["/bin/probe", "exit", "0"]);
-    let script = |name: &str| {
-        format!(
-            "echo {name} $(readlink /proc/self/ns/uts) >> {}",
-            log.display()
-        )
-    };
+    let script = |name: &str| format!("echo {name} $(readlink /proc/self/ns/uts) >> {}", log.display());
     b.config_mut(|c| {
         c["hooks"] = json!({
             "createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", script("createRuntime")], "env": ["PATH=/usr/bin:/bin"]}],
@@ -219,23 +167,12 @@ fn createcontainer_runs_in_container_namespaces() {
     let own_uts = std::fs::read_link("/proc/self/ns/uts").unwrap();
     let text = std::fs::read_to_string(&log).unwrap();
     let line = |name: &str| -> Vec<String> {
-        let l = text
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("{name} missing: {text}"));
+        let l = text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name} missing: {text}"));
         l.split_whitespace().map(str::to_string).collect()
     };
-    assert_eq!(
-        line("createRuntime")[1],
-        own_uts.to_string_lossy(),
-        "createRuntime runs in the runtime namespace"
-    );
+    assert_eq!(line("createRuntime")[1], own_uts.to_string_lossy(), "createRuntime runs in the runtime namespace");
     let cc = line("createContainer");
-    assert_eq!(
-        cc[1],
-        container_uts.to_string_lossy(),
-        "createContainer runs in the container namespaces"
-    );
+    assert_eq!(cc[1], container_uts.to_string_lossy(), "createContainer runs in the container namespaces");
 }
 
 #[test]
@@ -246,9 +183,7 @@ fn failing_prestart_hook_fails_create() {
     b.config_mut(|c| {
         c["hooks"] = json!({"prestart": [{"path": "/bin/sh", "args": ["sh", "-c", "echo hook-failed >&2; exit 7"]}]});
     });
-    let o = rt
-        .create(&b)
-        .expect_err("create with a failing prestart hook");
+    let o = rt.create(&b).expect_err("create with a failing prestart hook");
     assert_eq!(o.code(), Some(1), "{o}");
     assert!(rt.state(&b.id).is_none());
     rt.assert_nothing_left(&b.id);
@@ -260,8 +195,7 @@ fn failing_createruntime_hook_fails_create() {
     let rt = Runtime::new("hookfailcr");
     let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
     b.config_mut(|c| c["hooks"] = json!({"createRuntime": [{"path": "/bin/false"}]}));
-    rt.create(&b)
-        .expect_err("create with a failing createRuntime hook");
+    rt.create(&b).expect_err("create with a failing createRuntime hook");
     rt.assert_nothing_left(&b.id);
 }
 
@@ -276,17 +210,8 @@ fn hook_timeout() {
         c["hooks"] = json!({"prestart": [{"path": "/bin/sh", "args": ["sh", "-c", "exec sleep 60"], "timeout": 1}]});
     });
     let t0 = Instant::now();
-    let o = rt
-        .create(&b)
-        .expect_err("create with a hook past its timeout");
-    assert!(
-        t0.elapsed() < Duration::from_secs(20),
-        "timeout not enforced: took {:?}",
-        t0.elapsed()
-    );
-    assert!(
-        o.stderr.contains("timeout") || o.stderr.contains("timed out"),
-        "{o}"
-    );
+    let o = rt.create(&b).expect_err("create with a hook past its timeout");
+    assert!(t0.elapsed() < Duration::from_secs(20), "timeout not enforced: took {:?}", t0.elapsed());
+    assert!(o.stderr.contains("timeout") || o.stderr.contains("timed out"), "{o}");
     rt.assert_nothing_left(&b.id);
 }

@@ -23,72 +23,39 @@ fn pid_of(st: &Value) -> i32 {
 fn create_start_kill_delete() {
     require_root!();
     let rt = Runtime::new("lifecycle");
-    let args = [
-        "/bin/sh",
-        "-c",
-        "echo hello-from-container; exec /bin/probe sleep 600",
-    ];
+    let args = ["/bin/sh", "-c", "echo hello-from-container; exec /bin/probe sleep 600"];
     let b = rt.bundle(&args);
     let pidfile = rt.work().join("init.pid");
-    let created = rt.run(&[
-        "create",
-        "--bundle",
-        b.path(),
-        "--pid-file",
-        pidfile.to_str().unwrap(),
-        &b.id,
-    ]);
+    let created = rt.run(&["create", "--bundle", b.path(), "--pid-file", pidfile.to_str().unwrap(), &b.id]);
     let created = created.expect_ok("create");
 
     let st = rt.state(&b.id).expect("state after create");
     assert_eq!(st["status"], "created", "{st}");
     assert_eq!(st["id"], b.id.as_str());
-    assert_eq!(
-        st["bundle"],
-        b.path(),
-        "bundle must be the absolute bundle path"
-    );
+    assert_eq!(st["bundle"], b.path(), "bundle must be the absolute bundle path");
     assert!(st["ociVersion"].is_string(), "{st}");
     let pid = pid_of(&st);
-    assert!(
-        pid > 0 && pid_alive(pid),
-        "created container must have a live init, state: {st}"
-    );
-    assert!(
-        rt.leftovers().contains(&pid),
-        "harness self-check: the test tag must reach init's environment"
-    );
+    assert!(pid > 0 && pid_alive(pid), "created container must have a live init, state: {st}");
+    assert!(rt.leftovers().contains(&pid), "harness self-check: the test tag must reach init's environment");
     let argv = cmdline(pid);
     assert_ne!(argv, args, "the user program must not run before start");
-    assert!(
-        !created.stdout_now().contains("hello-from-container"),
-        "user program ran at create"
-    );
+    assert!(!created.stdout_now().contains("hello-from-container"), "user program ran at create");
 
     // containerd does strconv.Atoi on the file: bare decimal, no newline.
     let content = std::fs::read_to_string(&pidfile).expect("pid file");
-    assert_eq!(
-        content,
-        pid.to_string(),
-        "pid file must hold the host pid without a newline"
-    );
+    assert_eq!(content, pid.to_string(), "pid file must hold the host pid without a newline");
 
     rt.run(&["start", &b.id]).expect_ok("start");
     let st = rt.wait_status(&b.id, "running");
     assert_eq!(pid_of(&st), pid, "start must not change the pid");
-    wait_for("the user program's output", || {
-        created.stdout_now().contains("hello-from-container")
-    });
-    wait_for("the user program to exec", || {
-        cmdline(pid) == ["/bin/probe", "sleep", "600"]
-    });
+    wait_for("the user program's output", || created.stdout_now().contains("hello-from-container"));
+    wait_for("the user program to exec", || cmdline(pid) == ["/bin/probe", "sleep", "600"]);
 
     rt.run(&["kill", &b.id, "KILL"]).expect_ok("kill KILL");
     let st = rt.wait_status(&b.id, "stopped");
     assert_eq!(st["pid"], 0, "a stopped container reports pid 0: {st}");
 
-    rt.run(&["delete", &b.id])
-        .expect_ok("delete of a stopped container");
+    rt.run(&["delete", &b.id]).expect_ok("delete of a stopped container");
     let o = rt.run(&["state", &b.id]).expect_err("state after delete");
     assert!(o.stderr.contains("does not exist"), "{o}");
     rt.assert_nothing_left(&b.id);
@@ -107,11 +74,7 @@ fn kill_signal_spellings() {
     wait_for("ready", || out.stdout_now().contains("ready"));
     rt.run(&["kill", &b.id]).expect_ok("kill (default signal)");
     rt.wait_status(&b.id, "stopped");
-    assert!(
-        out.stdout_now().contains("got-TERM"),
-        "the default signal must be SIGTERM: {:?}",
-        out.stdout_now()
-    );
+    assert!(out.stdout_now().contains("got-TERM"), "the default signal must be SIGTERM: {:?}", out.stdout_now());
     rt.run(&["delete", &b.id]).expect_ok("delete");
 
     for sig in ["KILL", "SIGKILL", "9", "kill"] {
@@ -119,8 +82,7 @@ fn kill_signal_spellings() {
         rt.create(&b).expect_ok("create");
         rt.run(&["start", &b.id]).expect_ok("start");
         let pid = pid_of(&rt.wait_status(&b.id, "running"));
-        rt.run(&["kill", &b.id, sig])
-            .expect_ok(&format!("kill {sig}"));
+        rt.run(&["kill", &b.id, sig]).expect_ok(&format!("kill {sig}"));
         let st = rt.wait_status(&b.id, "stopped");
         assert_eq!(st["pid"], 0, "{st}");
         assert!(!pid_alive(pid), "init still alive after kill {sig}");
@@ -135,8 +97,7 @@ fn kill_created_container() {
     let rt = Runtime::new("killcreated");
     let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
     rt.create(&b).expect_ok("create");
-    rt.run(&["kill", &b.id, "9"])
-        .expect_ok("kill of a created container");
+    rt.run(&["kill", &b.id, "9"]).expect_ok("kill of a created container");
     rt.wait_status(&b.id, "stopped");
     rt.run(&["delete", &b.id]).expect_ok("delete");
     rt.assert_nothing_left(&b.id);
@@ -151,21 +112,14 @@ fn run_exit_code_passthrough() {
     let o = rt.run_bundle(&b);
     assert_eq!(o.code(), Some(3), "{o}");
     // Foreground run deletes the container afterwards.
-    assert!(
-        rt.state(&b.id).is_none(),
-        "run without --keep must delete the container"
-    );
+    assert!(rt.state(&b.id).is_none(), "run without --keep must delete the container");
     rt.assert_nothing_left(&b.id);
 
     // Without a pid namespace the process is not an init, so signalling itself kills it.
     let b = rt.bundle(&["/bin/probe", "signal-self", "USR1"]);
     b.without_ns("pid");
     let o = rt.run_bundle(&b);
-    assert_eq!(
-        o.code(),
-        Some(128 + libc::SIGUSR1),
-        "killed by SIGUSR1 → 138\n{o}"
-    );
+    assert_eq!(o.code(), Some(128 + libc::SIGUSR1), "killed by SIGUSR1 → 138\n{o}");
 
     // Killed from outside (pid-namespace init, SIGKILL) → 137.
     let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
@@ -190,35 +144,17 @@ fn run_foreground_output() {
 fn run_detached() {
     require_root!();
     let rt = Runtime::new("rundetach");
-    let b = rt.bundle(&[
-        "/bin/sh",
-        "-c",
-        "echo detached-output; exec /bin/probe sleep 600",
-    ]);
+    let b = rt.bundle(&["/bin/sh", "-c", "echo detached-output; exec /bin/probe sleep 600"]);
     let t0 = Instant::now();
-    let o = rt
-        .run(&["run", "-d", "--bundle", b.path(), &b.id])
-        .expect_ok("run -d");
-    assert!(
-        t0.elapsed() < Duration::from_secs(20),
-        "run -d must not wait for the container"
-    );
+    let o = rt.run(&["run", "-d", "--bundle", b.path(), &b.id]).expect_ok("run -d");
+    assert!(t0.elapsed() < Duration::from_secs(20), "run -d must not wait for the container");
     let st = rt.wait_status(&b.id, "running");
     assert!(pid_alive(pid_of(&st)));
-    wait_for("output of the detached container", || {
-        o.stdout_now().contains("detached-output")
-    });
-    let o = rt
-        .run(&["delete", &b.id])
-        .expect_err("delete of a running container");
+    wait_for("output of the detached container", || o.stdout_now().contains("detached-output"));
+    let o = rt.run(&["delete", &b.id]).expect_err("delete of a running container");
     assert!(o.stderr.contains("not stopped"), "{o}");
-    assert_eq!(
-        rt.status(&b.id).as_deref(),
-        Some("running"),
-        "a failed delete must have no effect"
-    );
-    rt.run(&["delete", "--force", &b.id])
-        .expect_ok("delete --force");
+    assert_eq!(rt.status(&b.id).as_deref(), Some("running"), "a failed delete must have no effect");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete --force");
     rt.assert_nothing_left(&b.id);
 }
 
@@ -227,8 +163,7 @@ fn run_keep() {
     require_root!();
     let rt = Runtime::new("runkeep");
     let b = rt.bundle(&["/bin/probe", "exit", "0"]);
-    rt.run(&["run", "--keep", "--bundle", b.path(), &b.id])
-        .expect_ok("run --keep");
+    rt.run(&["run", "--keep", "--bundle", b.path(), &b.id]).expect_ok("run --keep");
     let st = rt.state(&b.id).expect("--keep leaves the container");
     assert_eq!(st["status"], "stopped");
     assert_eq!(st["pid"], 0);
@@ -245,8 +180,7 @@ fn delete_created_without_force() {
     let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
     rt.create(&b).expect_ok("create");
     let pid = pid_of(&rt.state(&b.id).unwrap());
-    rt.run(&["delete", &b.id])
-        .expect_ok("delete of a created container");
+    rt.run(&["delete", &b.id]).expect_ok("delete of a created container");
     assert!(!pid_alive(pid), "init must be killed");
     rt.assert_nothing_left(&b.id);
 }
@@ -254,11 +188,8 @@ fn delete_created_without_force() {
 #[test]
 fn delete_unknown_with_force_succeeds() {
     let rt = Runtime::new("delunknown");
-    rt.run(&["delete", "--force", "never-created"])
-        .expect_ok("delete --force of an unknown id");
-    let o = rt
-        .run(&["delete", "never-created"])
-        .expect_err("delete of an unknown id");
+    rt.run(&["delete", "--force", "never-created"]).expect_ok("delete --force of an unknown id");
+    let o = rt.run(&["delete", "never-created"]).expect_err("delete of an unknown id");
     assert!(o.stderr.contains("does not exist"), "{o}");
 }
 
@@ -272,15 +203,11 @@ fn start_twice_fails() {
     let pid = pid_of(&rt.wait_status(&b.id, "running"));
     rt.run(&["start", &b.id]).expect_err("second start");
     let st = rt.state(&b.id).unwrap();
-    assert_eq!(
-        st["status"], "running",
-        "a failed start must have no effect"
-    );
+    assert_eq!(st["status"], "running", "a failed start must have no effect");
     assert_eq!(pid_of(&st), pid);
     rt.run(&["kill", &b.id, "KILL"]).expect_ok("kill");
     rt.wait_status(&b.id, "stopped");
-    rt.run(&["start", &b.id])
-        .expect_err("start of a stopped container");
+    rt.run(&["start", &b.id]).expect_err("start of a stopped container");
     assert_eq!(rt.status(&b.id).as_deref(), Some("stopped"));
 }
 
@@ -295,24 +222,16 @@ fn config_changes_after_create_are_ignored() {
     rt.run(&["start", &b.id]).expect_ok("start");
     rt.wait_status(&b.id, "stopped");
     let text = out.stdout_now();
-    assert!(
-        text.contains("original-args") && !text.contains("changed-args"),
-        "{text:?}"
-    );
+    assert!(text.contains("original-args") && !text.contains("changed-args"), "{text:?}");
 }
 
 #[test]
 fn list_formats() {
     require_root!();
     let rt = Runtime::new("list");
-    let o = rt
-        .run(&["list", "--format", "json"])
-        .expect_ok("list --format json (empty)");
+    let o = rt.run(&["list", "--format", "json"]).expect_ok("list --format json (empty)");
     let v: Value = serde_json::from_str(o.stdout.trim()).expect("JSON");
-    assert!(
-        v.is_null() || v.as_array().is_some_and(|a| a.is_empty()),
-        "runc prints null: {o}"
-    );
+    assert!(v.is_null() || v.as_array().is_some_and(|a| a.is_empty()), "runc prints null: {o}");
 
     let b1 = rt.bundle(&["/bin/probe", "sleep", "600"]);
     let b2 = rt.bundle(&["/bin/probe", "sleep", "600"]);
@@ -324,17 +243,10 @@ fn list_formats() {
     let o = rt.run(&["list"]).expect_ok("list");
     let mut lines = o.stdout.lines();
     let header: Vec<&str> = lines.next().expect("header").split_whitespace().collect();
-    assert_eq!(
-        header[..5],
-        ["ID", "PID", "STATUS", "BUNDLE", "CREATED"],
-        "{o}"
-    );
+    assert_eq!(header[..5], ["ID", "PID", "STATUS", "BUNDLE", "CREATED"], "{o}");
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
     for (b, status) in [(&b1, "created"), (&b2, "running")] {
-        let row = rows
-            .iter()
-            .find(|r| r[0] == b.id)
-            .unwrap_or_else(|| panic!("{} missing\n{o}", b.id));
+        let row = rows.iter().find(|r| r[0] == b.id).unwrap_or_else(|| panic!("{} missing\n{o}", b.id));
         assert_eq!(row[2], status, "{o}");
         assert_eq!(row[3], b.path(), "{o}");
     }
@@ -346,11 +258,7 @@ fn list_formats() {
     want.sort();
     assert_eq!(ids, want, "list -q prints only ids\n{o}");
 
-    for flag in [
-        &["--format", "json"][..],
-        &["-f", "json"],
-        &["--format=json"],
-    ] {
+    for flag in [&["--format", "json"][..], &["-f", "json"], &["--format=json"]] {
         let mut args = vec!["list"];
         args.extend_from_slice(flag);
         let o = rt.run(&args).expect_ok("list json");
@@ -358,10 +266,7 @@ fn list_formats() {
         let arr = v.as_array().expect("a JSON array");
         assert_eq!(arr.len(), 2, "{o}");
         for (b, status) in [(&b1, "created"), (&b2, "running")] {
-            let c = arr
-                .iter()
-                .find(|c| c["id"] == b.id.as_str())
-                .expect("id listed");
+            let c = arr.iter().find(|c| c["id"] == b.id.as_str()).expect("id listed");
             assert_eq!(c["status"], status);
             assert_eq!(c["bundle"], b.path());
             assert!(c["pid"].as_i64().unwrap() > 0);
@@ -372,19 +277,10 @@ fn list_formats() {
 fn check_default_spec(path: &std::path::Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let v: Value = serde_json::from_str(&text).expect("spec output is JSON");
-    assert!(
-        v["ociVersion"]
-            .as_str()
-            .is_some_and(|s| s.starts_with("1.")),
-        "{v}"
-    );
+    assert!(v["ociVersion"].as_str().is_some_and(|s| s.starts_with("1.")), "{v}");
     assert_eq!(v["root"]["path"], "rootfs");
-    assert!(v["process"]["args"]
-        .as_array()
-        .is_some_and(|a| !a.is_empty()));
-    assert!(v["linux"]["namespaces"]
-        .as_array()
-        .is_some_and(|a| !a.is_empty()));
+    assert!(v["process"]["args"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(v["linux"]["namespaces"].as_array().is_some_and(|a| !a.is_empty()));
     v
 }
 
@@ -394,20 +290,13 @@ fn check_default_spec(path: &std::path::Path) -> Value {
 fn spec_writes_and_refuses_overwrite() {
     let rt = Runtime::new("spec");
     let dir = rt.tempdir();
-    rt.run(&["spec", "--bundle", dir.to_str().unwrap()])
-        .expect_ok("spec --bundle");
+    rt.run(&["spec", "--bundle", dir.to_str().unwrap()]).expect_ok("spec --bundle");
     let cfg = dir.join("config.json");
     check_default_spec(&cfg);
     std::fs::write(&cfg, "{\"sentinel\":true}").unwrap();
-    let o = rt
-        .run(&["spec", "-b", dir.to_str().unwrap()])
-        .expect_err("spec over an existing config.json");
+    let o = rt.run(&["spec", "-b", dir.to_str().unwrap()]).expect_err("spec over an existing config.json");
     assert!(o.stderr.contains("exists"), "{o}");
-    assert_eq!(
-        std::fs::read_to_string(&cfg).unwrap(),
-        "{\"sentinel\":true}",
-        "config.json was overwritten"
-    );
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), "{\"sentinel\":true}", "config.json was overwritten");
 
     let cwd = rt.tempdir();
     let mut cmd = rt.command(&["spec"]);
@@ -415,8 +304,7 @@ fn spec_writes_and_refuses_overwrite() {
     rt.output(cmd).expect_ok("spec in cwd");
     check_default_spec(&cwd.join("config.json"));
 
-    rt.run(&["spec", "--bundle", "/nonexistent/dir"])
-        .expect_err("spec into a missing dir");
+    rt.run(&["spec", "--bundle", "/nonexistent/dir"]).expect_err("spec into a missing dir");
 }
 
 /// The `spec` output, pointed at the test rootfs, runs.
@@ -425,17 +313,10 @@ fn spec_output_runs() {
     require_root!();
     let rt = Runtime::new("specruns");
     let dir = rt.tempdir();
-    rt.run(&["spec", "--bundle", dir.to_str().unwrap()])
-        .expect_ok("spec");
-    let b = Bundle {
-        dir,
-        id: rt.new_id(),
-    };
+    rt.run(&["spec", "--bundle", dir.to_str().unwrap()]).expect_ok("spec");
+    let b = Bundle { dir, id: rt.new_id() };
     let tag = format!("TINYRUN_CONFORMANCE_TAG={}", rt.tag());
-    let rootfs = tinyrun_conformance::shared_rootfs()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let rootfs = tinyrun_conformance::shared_rootfs().to_str().unwrap().to_string();
     let cgpath = format!("/tinyrun-test/{}", b.id);
     b.config_mut(|c| {
         c["root"]["path"] = rootfs.into();
@@ -452,27 +333,13 @@ fn spec_output_runs() {
 fn spec_rootless() {
     let rt = Runtime::new("specrootless");
     let dir = rt.tempdir();
-    rt.run(&["spec", "--rootless", "--bundle", dir.to_str().unwrap()])
-        .expect_ok("spec --rootless");
+    rt.run(&["spec", "--rootless", "--bundle", dir.to_str().unwrap()]).expect_ok("spec --rootless");
     let v = check_default_spec(&dir.join("config.json"));
-    let ns: Vec<&str> = v["linux"]["namespaces"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["type"].as_str().unwrap())
-        .collect();
-    assert!(
-        ns.contains(&"user"),
-        "rootless spec needs a user namespace: {ns:?}"
-    );
-    assert!(
-        !ns.contains(&"network"),
-        "rootless spec shares the host network: {ns:?}"
-    );
-    let (uid, gid) = (
-        nix::unistd::geteuid().as_raw(),
-        nix::unistd::getegid().as_raw(),
-    );
+    let ns: Vec<&str> =
+        v["linux"]["namespaces"].as_array().unwrap().iter().map(|n| n["type"].as_str().unwrap()).collect();
+    assert!(ns.contains(&"user"), "rootless spec needs a user namespace: {ns:?}");
+    assert!(!ns.contains(&"network"), "rootless spec shares the host network: {ns:?}");
+    let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
     for (key, host) in [("uidMappings", uid), ("gidMappings", gid)] {
         let m = &v["linux"][key][0];
         assert_eq!(m["containerID"], 0, "{key}: {v}");

@@ -26,9 +26,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tinyrun_conformance::{
-    cgroup_dirs, cmdline, require_root, shared_rootfs, Bundle, Out, Runtime,
-};
+use tinyrun_conformance::{cgroup_dirs, cmdline, require_root, shared_rootfs, Bundle, Out, Runtime};
 
 /// (name, the bug in one line). The fd sweep recognises its bugs by symptom ([`fd_bug`]):
 /// which limit shows which bug moves whenever the runtime opens one fd more or less.
@@ -69,10 +67,9 @@ fn fd_bug(o: &Out) -> Option<(&'static str, &'static str)> {
 /// The known bug a config hits, if any: process.rlimits RLIMIT_NOFILE with a tiny soft limit
 /// (a missing `soft` is 0).
 fn known_config_bug(config: &Value) -> Option<&'static str> {
-    let tiny = config["process"]["rlimits"].as_array().is_some_and(|a| {
-        a.iter()
-            .any(|r| r["type"] == "RLIMIT_NOFILE" && r["soft"].as_u64().unwrap_or(0) < 16)
-    });
+    let tiny = config["process"]["rlimits"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|r| r["type"] == "RLIMIT_NOFILE" && r["soft"].as_u64().unwrap_or(0) < 16));
     tiny.then(|| known_bug("config RLIMIT_NOFILE soft 0").1)
 }
 
@@ -86,11 +83,7 @@ fn clean_failure(o: &Out, needles: &[&str]) -> Result<(), String> {
         return Err(format!("expected a failure\n{o}"));
     }
     if o.code() != Some(1) || o.stderr.contains("panicked") {
-        return Err(format!(
-            "not a clean failure (exit {:?}, signal {:?})\n{o}",
-            o.code(),
-            o.status.signal()
-        ));
+        return Err(format!("not a clean failure (exit {:?}, signal {:?})\n{o}", o.code(), o.status.signal()));
     }
     let lines: Vec<&str> = o.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     if lines.len() != 1 {
@@ -119,28 +112,18 @@ fn nothing_left(rt: &Runtime, root: &Path, id: &str) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(50));
         procs = rt.leftovers();
     }
-    let procs: Vec<String> = procs
-        .iter()
-        .map(|p| format!("{p} {:?}", cmdline(*p)))
-        .collect();
+    let procs: Vec<String> = procs.iter().map(|p| format!("{p} {:?}", cmdline(*p))).collect();
     let dir = root.join(id);
     let cg = cgroup_dirs(id);
     if procs.is_empty() && !dir.exists() && cg.is_empty() {
         return Ok(());
     }
     let files: Vec<String> = fs::read_dir(&dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .collect()
-        })
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
         .unwrap_or_default();
     Err(format!(
         "left behind: processes {procs:?}, state dir {}, cgroup dirs {cg:?}",
-        if dir.exists() {
-            format!("{files:?}")
-        } else {
-            "gone".into()
-        }
+        if dir.exists() { format!("{files:?}") } else { "gone".into() }
     ))
 }
 
@@ -152,10 +135,7 @@ fn assert_nothing_left(rt: &Runtime, root: &Path, id: &str) {
 }
 
 fn mount(args: &[&str]) {
-    let st = Command::new("mount")
-        .args(args)
-        .status()
-        .expect("run mount");
+    let st = Command::new("mount").args(args).status().expect("run mount");
     assert!(st.success(), "mount {args:?} failed");
 }
 
@@ -164,14 +144,7 @@ fn tmpfs(rt: &Runtime, options: &str) -> PathBuf {
     let dir = rt.tempdir().join("mnt");
     fs::create_dir(&dir).unwrap();
     rt.track_mount(&dir);
-    mount(&[
-        "-t",
-        "tmpfs",
-        "-o",
-        options,
-        "tinyrun-limits",
-        dir.to_str().unwrap(),
-    ]);
+    mount(&["-t", "tmpfs", "-o", options, "tinyrun-limits", dir.to_str().unwrap()]);
     dir
 }
 
@@ -207,13 +180,9 @@ fn readonly_state_root() {
     let o = with_root(&rt, &missing, &["create", "--bundle", b.path(), &b.id]);
     expect_clean_failure(&o, &[missing.to_str().unwrap(), "Read-only file system"]);
     // Read-only commands still work; delete --force of an unknown id is fine.
-    expect_clean_failure(
-        &with_root(&rt, &root, &["state", &b.id]),
-        &["does not exist"],
-    );
+    expect_clean_failure(&with_root(&rt, &root, &["state", &b.id]), &["does not exist"]);
     with_root(&rt, &root, &["list"]).expect_ok("list on a read-only root");
-    with_root(&rt, &root, &["delete", "--force", &b.id])
-        .expect_ok("delete --force of an unknown id");
+    with_root(&rt, &root, &["delete", "--force", &b.id]).expect_ok("delete --force of an unknown id");
     assert_nothing_left(&rt, &root, &b.id);
 }
 
@@ -232,10 +201,7 @@ fn state_root_turns_readonly_under_a_container() {
     assert!(st.stdout.contains("\"running\""), "{st}");
     with_root(&rt, &root, &["kill", &b.id, "KILL"]).expect_ok("kill on a read-only root");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !with_root(&rt, &root, &["state", &b.id])
-        .stdout
-        .contains("\"stopped\"")
-    {
+    while !with_root(&rt, &root, &["state", &b.id]).stdout.contains("\"stopped\"") {
         assert!(Instant::now() < deadline, "not stopped after kill");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -259,12 +225,7 @@ fn fill(file: &Path) {
     let block = [0u8; 4096];
     loop {
         if let Err(e) = f.write_all(&block).and_then(|_| f.sync_data()) {
-            assert_eq!(
-                e.raw_os_error(),
-                Some(libc::ENOSPC),
-                "filling {}: {e}",
-                file.display()
-            );
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "filling {}: {e}", file.display());
             break;
         }
     }
@@ -288,33 +249,19 @@ fn full_state_root() {
     // Full: the first file create writes (config.json today) does not fit. The error names a
     // path in the state dir.
     let o = with_root(&rt, &root, &["create", "--bundle", b.path(), &b.id]);
-    expect_clean_failure(
-        &o,
-        &[state_dir.to_str().unwrap(), "No space left on device"],
-    );
+    expect_clean_failure(&o, &[state_dir.to_str().unwrap(), "No space left on device"]);
     assert_nothing_left(&rt, &root, &b.id);
     eprintln!("full root: {}", o.stderr.trim());
 
     // One page free: config.json fits, state.json does not (today). By then init is made and
     // waiting, its cgroup exists: all of it must be undone.
     let len = fs::metadata(&filler).unwrap().len();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&filler)
-        .unwrap()
-        .set_len(len - 4096)
-        .unwrap();
+    fs::OpenOptions::new().write(true).open(&filler).unwrap().set_len(len - 4096).unwrap();
     let o = with_root(&rt, &root, &["create", "--bundle", b.path(), &b.id]);
-    expect_clean_failure(
-        &o,
-        &[state_dir.to_str().unwrap(), "No space left on device"],
-    );
+    expect_clean_failure(&o, &[state_dir.to_str().unwrap(), "No space left on device"]);
     assert_nothing_left(&rt, &root, &b.id);
     eprintln!("one page left: {}", o.stderr.trim());
-    expect_clean_failure(
-        &with_root(&rt, &root, &["state", &b.id]),
-        &["does not exist"],
-    );
+    expect_clean_failure(&with_root(&rt, &root, &["state", &b.id]), &["does not exist"]);
     with_root(&rt, &root, &["delete", "--force", &b.id]).expect_ok("delete --force");
 
     // Out of inodes: the state dir itself can't be made.
@@ -326,13 +273,7 @@ fn full_state_root() {
         n += 1;
     }
     let o = with_root(&rt, &root, &["create", "--bundle", b.path(), &b.id]);
-    expect_clean_failure(
-        &o,
-        &[
-            root.join(&b.id).to_str().unwrap(),
-            "No space left on device",
-        ],
-    );
+    expect_clean_failure(&o, &[root.join(&b.id).to_str().unwrap(), "No space left on device"]);
     assert_nothing_left(&rt, &root, &b.id);
     eprintln!("no inodes left ({n} files made): {}", o.stderr.trim());
 }
@@ -344,11 +285,7 @@ fn rootfs_on_a_readonly_filesystem() {
     let rofs = rt.tempdir().join("rootfs");
     fs::create_dir(&rofs).unwrap();
     rt.track_mount(&rofs);
-    mount(&[
-        "--bind",
-        shared_rootfs().to_str().unwrap(),
-        rofs.to_str().unwrap(),
-    ]);
+    mount(&["--bind", shared_rootfs().to_str().unwrap(), rofs.to_str().unwrap()]);
     mount(&["-o", "remount,bind,ro", rofs.to_str().unwrap()]);
     let on_rofs = |b: &Bundle, readonly: bool| {
         b.config_mut(|c| c["root"] = json!({"path": rofs.to_str().unwrap(), "readonly": readonly}));
@@ -361,32 +298,21 @@ fn rootfs_on_a_readonly_filesystem() {
     assert_eq!(o.kv()["hostname"], "tinyrun", "{o}");
     b.args(&["/bin/probe", "write", "/x"]);
     let o = rt.run_bundle(&b);
-    assert_eq!(
-        o.kv().get("write").map(String::as_str),
-        Some("EROFS"),
-        "{o}"
-    );
+    assert_eq!(o.kv().get("write").map(String::as_str), Some("EROFS"), "{o}");
     assert_nothing_left(&rt, rt.root(), &b.id);
 
     // readonly: false on a read-only filesystem also works while every mount point exists...
     let b = rt.bundle(&["/bin/probe", "hostname"]);
     on_rofs(&b, false);
-    rt.run_bundle(&b)
-        .expect_ok("run, root.readonly false, on a read-only rootfs");
+    rt.run_bundle(&b).expect_ok("run, root.readonly false, on a read-only rootfs");
     assert_nothing_left(&rt, rt.root(), &b.id);
     // ...and a mount point that must be made fails cleanly, naming it.
     b.add_mount(json!({"destination": "/newdir", "type": "tmpfs", "source": "tmpfs"}));
     let o = rt.run_bundle(&b);
     expect_clean_failure(&o, &["/newdir"]);
-    assert!(
-        o.stderr.contains("EROFS") || o.stderr.contains("Read-only"),
-        "{o}"
-    );
+    assert!(o.stderr.contains("EROFS") || o.stderr.contains("Read-only"), "{o}");
     assert_nothing_left(&rt, rt.root(), &b.id);
-    eprintln!(
-        "missing mount point on a read-only rootfs: {}",
-        o.stderr.trim()
-    );
+    eprintln!("missing mount point on a read-only rootfs: {}", o.stderr.trim());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,21 +325,16 @@ fn config_asks_for_nofile_soft_0() {
     require_root!();
     let rt = Runtime::new("lim_nofile0");
     let b = rt.bundle(&["/bin/true"]);
-    b.config_mut(|c| {
-        c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "soft": 0, "hard": 64}])
-    });
+    b.config_mut(|c| c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "soft": 0, "hard": 64}]));
     let verdict = (|| -> Result<String, String> {
         let o = rt.create(&b);
         if !o.ok() {
-            return clean_failure(&o, &["RLIMIT_NOFILE"])
-                .map(|_| format!("refused: {}", o.stderr.trim()));
+            return clean_failure(&o, &["RLIMIT_NOFILE"]).map(|_| format!("refused: {}", o.stderr.trim()));
         }
         std::thread::sleep(Duration::from_millis(200));
         let st = rt.status(&b.id);
         if st.as_deref() != Some("created") {
-            return Err(format!(
-                "create succeeded, but 200 ms later the container is {st:?}"
-            ));
+            return Err(format!("create succeeded, but 200 ms later the container is {st:?}"));
         }
         let s = rt.run(&["start", &b.id]);
         if !s.ok() {
@@ -458,10 +379,7 @@ fn limited(mut cmd: Command, soft: u64, hard: u64, inherit: i32) -> Command {
                     n += 1;
                 }
             }
-            let lim = libc::rlimit {
-                rlim_cur: soft,
-                rlim_max: hard,
-            };
+            let lim = libc::rlimit { rlim_cur: soft, rlim_max: hard };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -474,9 +392,7 @@ fn limited(mut cmd: Command, soft: u64, hard: u64, inherit: i32) -> Command {
 /// The container asks for no more fds than the caller has: root on this host lacks
 /// CAP_SYS_RESOURCE (CapEff misses bit 24), so no process can raise its hard limit.
 fn nofile_64(b: &Bundle) {
-    b.config_mut(|c| {
-        c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "soft": 64, "hard": 64}])
-    });
+    b.config_mut(|c| c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "soft": 64, "hard": 64}]));
 }
 
 #[test]
@@ -505,42 +421,25 @@ fn caller_fd_limit_64() {
     let o = run(&["run", "--bundle", b.path(), &b.id], 54);
     if o.ok() {
         let fds: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("fd.")).collect();
-        assert_eq!(
-            fds.len(),
-            3,
-            "inherited fds must not reach the program: {fds:?}"
-        );
+        assert_eq!(fds.len(), 3, "inherited fds must not reach the program: {fds:?}");
     } else {
         expect_clean_failure(&o, &["Too many open files"]);
     }
     eprintln!(
         "nofile=64 with 54 inherited fds: {}",
-        if o.ok() {
-            "ok".to_string()
-        } else {
-            o.stderr.trim().to_string()
-        }
+        if o.ok() { "ok".to_string() } else { o.stderr.trim().to_string() }
     );
     assert_nothing_left(&rt, rt.root(), &b.id);
 
     // A config asking for more than the caller's hard limit: works where root may raise it,
     // else fails naming the limit.
     let b2 = rt.bundle(&["/bin/true"]);
-    b2.config_mut(|c| {
-        c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "soft": 1024, "hard": 1024}])
-    });
+    b2.config_mut(|c| c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "soft": 1024, "hard": 1024}]));
     let o = run(&["run", "--bundle", b2.path(), &b2.id], 0);
     if !o.ok() {
         expect_clean_failure(&o, &["RLIMIT_NOFILE"]);
     }
-    eprintln!(
-        "nofile=64, config asks 1024: {}",
-        if o.ok() {
-            "ok".to_string()
-        } else {
-            o.stderr.trim().to_string()
-        }
-    );
+    eprintln!("nofile=64, config asks 1024: {}", if o.ok() { "ok".to_string() } else { o.stderr.trim().to_string() });
     assert_nothing_left(&rt, rt.root(), &b2.id);
 }
 
@@ -553,29 +452,14 @@ fn caller_fd_limit_sweep() {
     for soft in 4..=16u64 {
         let b = rt.bundle(&["/bin/true"]);
         nofile_64(&b);
-        let o = rt.output(limited(
-            rt.command(&["run", "--bundle", b.path(), &b.id]),
-            soft,
-            64,
-            0,
-        ));
-        let verdict = if o.ok() {
-            Ok(())
-        } else {
-            clean_failure(&o, &[])
-        }
-        .and_then(|_| nothing_left(&rt, rt.root(), &b.id));
+        let o = rt.output(limited(rt.command(&["run", "--bundle", b.path(), &b.id]), soft, 64, 0));
+        let verdict =
+            if o.ok() { Ok(()) } else { clean_failure(&o, &[]) }.and_then(|_| nothing_left(&rt, rt.root(), &b.id));
         let name = format!("nofile={soft}");
         let what = if o.ok() {
             "ok".to_string()
         } else {
-            let text = o
-                .stderr
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .trim()
-                .to_string();
+            let text = o.stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
             format!("exit {:?} signal {:?}: {text}", o.code(), o.status.signal())
         };
         match (&verdict, fd_bug(&o)) {
@@ -607,10 +491,8 @@ struct Rng(u64);
 
 impl Rng {
     fn from_env() -> Rng {
-        let seed = std::env::var("TINYRUN_FUZZ_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0x7157_2a11_d00d_f00d);
+        let seed =
+            std::env::var("TINYRUN_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x7157_2a11_d00d_f00d);
         Rng(seed.max(1))
     }
     fn next(&mut self) -> u64 {
@@ -625,10 +507,7 @@ impl Rng {
 }
 
 fn fuzz_n() -> usize {
-    std::env::var("TINYRUN_FUZZ_N")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60)
+    std::env::var("TINYRUN_FUZZ_N").ok().and_then(|s| s.parse().ok()).unwrap_or(60)
 }
 
 /// Interesting replacement values for a JSON node.
@@ -659,17 +538,10 @@ fn odd_value(rng: &mut Rng) -> Value {
 fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
     out.push(at.clone());
     match v {
-        Value::Object(m) => m.iter().for_each(|(k, c)| {
-            pointers(
-                c,
-                format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
-                out,
-            )
-        }),
-        Value::Array(a) => a
-            .iter()
-            .enumerate()
-            .for_each(|(i, c)| pointers(c, format!("{at}/{i}"), out)),
+        Value::Object(m) => {
+            m.iter().for_each(|(k, c)| pointers(c, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out))
+        }
+        Value::Array(a) => a.iter().enumerate().for_each(|(i, c)| pointers(c, format!("{at}/{i}"), out)),
         _ => {}
     }
 }
@@ -761,29 +633,15 @@ fn bad_state_files(template: &[u8]) -> Vec<(String, Vec<u8>)> {
         ("start_time float".into(), with("start_time", json!(1.5))),
         ("no pid".into(), without("pid")),
         ("no id".into(), without("id")),
-        (
-            "id of another container".into(),
-            with("id", json!("someone-else")),
-        ),
+        ("id of another container".into(), with("id", json!("someone-else"))),
         ("bundle null".into(), with("bundle", json!(null))),
         ("annotations array".into(), with("annotations", json!([]))),
         ("trailing garbage".into(), [template, b"}}garbage"].concat()),
-        (
-            "huge annotation (16 MiB)".into(),
-            with("annotations", json!({"big": "a".repeat(16 << 20)})),
-        ),
+        ("huge annotation (16 MiB)".into(), with("annotations", json!({"big": "a".repeat(16 << 20)}))),
         ("huge garbage (16 MiB)".into(), vec![b'x'; 16 << 20]),
     ];
-    for cut in [
-        1,
-        template.len() / 4,
-        template.len() / 2,
-        template.len() - 1,
-    ] {
-        v.push((
-            format!("truncated to {cut} bytes"),
-            template[..cut].to_vec(),
-        ));
+    for cut in [1, template.len() / 4, template.len() / 2, template.len() - 1] {
+        v.push((format!("truncated to {cut} bytes"), template[..cut].to_vec()));
     }
     v
 }
@@ -798,9 +656,7 @@ fn safe_for_mutating_commands(bytes: &[u8], template: &Value) -> bool {
         None => true,
         Some(p) => p == &template["pid"] || p.as_i64().is_none_or(|n| n <= 0 || n > 1 << 22),
     };
-    let cg_ok = v
-        .get("cgroup_path")
-        .is_none_or(|c| c == &template["cgroup_path"]);
+    let cg_ok = v.get("cgroup_path").is_none_or(|c| c == &template["cgroup_path"]);
     pid_ok && cg_ok
 }
 
@@ -832,11 +688,7 @@ fn corrupt_state_files_give_clean_errors() {
             fs::write(dir.join("state.json"), bytes).unwrap();
         }
         // `state` on every slot at once, then one `list`.
-        let running: Vec<_> = batch
-            .iter()
-            .zip(&slots)
-            .map(|(_, id)| rt.spawn(&["state", id]))
-            .collect();
+        let running: Vec<_> = batch.iter().zip(&slots).map(|(_, id)| rt.spawn(&["state", id])).collect();
         for ((name, _), r) in batch.iter().zip(running) {
             let o = r.wait();
             if o.ok() {
@@ -852,10 +704,7 @@ fn corrupt_state_files_give_clean_errors() {
         }
         let l = rt.run(&["list", "--format", "json"]);
         if !l.ok() || serde_json::from_str::<Value>(&l.stdout).is_err() {
-            failures.push(format!(
-                "list over {:?}: {l}",
-                batch.iter().map(|(n, _)| n).collect::<Vec<_>>()
-            ));
+            failures.push(format!("list over {:?}: {l}", batch.iter().map(|(n, _)| n).collect::<Vec<_>>()));
         }
         for ((name, bytes), id) in batch.iter().zip(&slots) {
             if !safe_for_mutating_commands(bytes, &tv) {
@@ -873,10 +722,7 @@ fn corrupt_state_files_give_clean_errors() {
                 removed += 1;
             } else {
                 match clean_failure(&d, &[]) {
-                    Ok(()) => refused.push(format!(
-                        "{name}: {}",
-                        d.stderr.trim().split("msg=").last().unwrap_or("")
-                    )),
+                    Ok(()) => refused.push(format!("{name}: {}", d.stderr.trim().split("msg=").last().unwrap_or(""))),
                     Err(e) => failures.push(format!("{name}: delete --force: {e}")),
                 }
             }
@@ -891,12 +737,7 @@ fn corrupt_state_files_give_clean_errors() {
     for r in refused.iter().take(5) {
         eprintln!("  delete --force refused {r}");
     }
-    assert!(
-        failures.is_empty(),
-        "{} unclean results:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} unclean results:\n{}", failures.len(), failures.join("\n"));
     for id in &slots {
         assert_nothing_left(&rt, rt.root(), id);
     }
@@ -913,23 +754,13 @@ fn sanitise(c: &mut Value, base: &Value, id: &str, rootfs: &Path) {
     }
     if let Some(Value::Array(mounts)) = obj.get_mut("mounts") {
         let none = Vec::new();
-        let allowed: Vec<&Value> = base["mounts"]
-            .as_array()
-            .unwrap_or(&none)
-            .iter()
-            .map(|m| &m["source"])
-            .collect();
+        let allowed: Vec<&Value> = base["mounts"].as_array().unwrap_or(&none).iter().map(|m| &m["source"]).collect();
         mounts.retain(|m| {
             let src_ok = match m.get("source") {
-                Some(Value::String(s)) if s.starts_with('/') || s.contains("..") => {
-                    allowed.contains(&&m["source"])
-                }
+                Some(Value::String(s)) if s.starts_with('/') || s.contains("..") => allowed.contains(&&m["source"]),
                 _ => true,
             };
-            let dst_ok = !m
-                .get("destination")
-                .and_then(Value::as_str)
-                .is_some_and(|d| d.contains(".."));
+            let dst_ok = !m.get("destination").and_then(Value::as_str).is_some_and(|d| d.contains(".."));
             src_ok && dst_ok
         });
     }
@@ -937,9 +768,7 @@ fn sanitise(c: &mut Value, base: &Value, id: &str, rootfs: &Path) {
         l.insert("cgroupsPath".into(), json!(format!("/tinyrun-test/{id}")));
         let mut ns = base["linux"]["namespaces"].clone();
         if let Some(a) = ns.as_array_mut() {
-            a.iter_mut()
-                .filter_map(Value::as_object_mut)
-                .for_each(|n| drop(n.remove("path")));
+            a.iter_mut().filter_map(Value::as_object_mut).for_each(|n| drop(n.remove("path")));
         }
         l.insert("namespaces".into(), ns);
         l.remove("sysctl");
@@ -960,9 +789,7 @@ fn malformed_configs_leave_nothing() {
     let rootfs = b.writable_rootfs();
     let mut bases = vec![b.config()];
     for name in ["limits.json", "userns.json"] {
-        let p = tinyrun_conformance::workspace_root()
-            .join("bundles/configs")
-            .join(name);
+        let p = tinyrun_conformance::workspace_root().join("bundles/configs").join(name);
         if let Ok(text) = fs::read_to_string(&p) {
             bases.push(serde_json::from_str(&text).unwrap());
         }
@@ -970,9 +797,7 @@ fn malformed_configs_leave_nothing() {
     let mut rng = Rng::from_env();
     let n = fuzz_n();
     // TINYRUN_FUZZ_ONLY=I replays input I alone (the same seed and N make the same inputs).
-    let only: Option<usize> = std::env::var("TINYRUN_FUZZ_ONLY")
-        .ok()
-        .and_then(|s| s.parse().ok());
+    let only: Option<usize> = std::env::var("TINYRUN_FUZZ_ONLY").ok().and_then(|s| s.parse().ok());
     let (mut created, mut refused) = (0, 0);
     let mut messages = std::collections::BTreeMap::<String, usize>::new();
     let mut failures = Vec::new();
@@ -998,9 +823,7 @@ fn malformed_configs_leave_nothing() {
             let bug = known_config_bug(&parsed);
             let not_created = st.as_ref().is_none_or(|s| s["status"] != "created");
             if let (true, Some(why), false) = (not_created, bug, strict()) {
-                eprintln!(
-                    "mutation {i}: KNOWN BUG: create succeeded, then state {st:?}\n  bug: {why}"
-                );
+                eprintln!("mutation {i}: KNOWN BUG: create succeeded, then state {st:?}\n  bug: {why}");
             } else if st.as_ref().is_none_or(|s| s["status"] != "created") {
                 failures.push(format!(
                     "mutation {i}: create succeeded but state is {st:?}\nconfig: {}",
@@ -1017,27 +840,14 @@ fn malformed_configs_leave_nothing() {
             match clean_failure(&o, &[]) {
                 Ok(()) => {
                     let msg = o.stderr.split("msg=").last().unwrap_or("").trim();
-                    let key: String = msg
-                        .trim_matches('"')
-                        .split(':')
-                        .next()
-                        .unwrap_or("")
-                        .chars()
-                        .take(60)
-                        .collect();
+                    let key: String = msg.trim_matches('"').split(':').next().unwrap_or("").chars().take(60).collect();
                     *messages.entry(key).or_default() += 1;
                 }
-                Err(e) => failures.push(format!(
-                    "mutation {i}: {e}\nconfig: {}",
-                    String::from_utf8_lossy(&bytes)
-                )),
+                Err(e) => failures.push(format!("mutation {i}: {e}\nconfig: {}", String::from_utf8_lossy(&bytes))),
             }
         }
         if let Err(e) = nothing_left(&rt, rt.root(), &b.id) {
-            failures.push(format!(
-                "mutation {i}: {e}\nconfig: {}",
-                String::from_utf8_lossy(&bytes)
-            ));
+            failures.push(format!("mutation {i}: {e}\nconfig: {}", String::from_utf8_lossy(&bytes)));
             rt.run(&["delete", "--force", &b.id]);
         }
     }
@@ -1045,10 +855,5 @@ fn malformed_configs_leave_nothing() {
     for (m, k) in &messages {
         eprintln!("  {k:>3} x {m}");
     }
-    assert!(
-        failures.is_empty(),
-        "{} bad outcomes:\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
+    assert!(failures.is_empty(), "{} bad outcomes:\n{}", failures.len(), failures.join("\n\n"));
 }

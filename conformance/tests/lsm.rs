@@ -12,8 +12,7 @@ use tinyrun_conformance::{require_root, skip, Runtime};
 
 fn apparmor_on() -> bool {
     Path::new("/sys/kernel/security/apparmor").exists()
-        && std::fs::read("/sys/module/apparmor/parameters/enabled")
-            .is_ok_and(|b| b.first() == Some(&b'Y'))
+        && std::fs::read("/sys/module/apparmor/parameters/enabled").is_ok_and(|b| b.first() == Some(&b'Y'))
 }
 
 fn selinux_on() -> bool {
@@ -38,9 +37,7 @@ fn apparmor_profile_without_apparmor_fails() {
         skip!("AppArmor is enabled on this host");
     }
     let rt = Runtime::new("apparmor");
-    refused(&rt, "process.apparmorProfile", |c| {
-        c["process"]["apparmorProfile"] = "tinyrun-test".into()
-    });
+    refused(&rt, "process.apparmorProfile", |c| c["process"]["apparmorProfile"] = "tinyrun-test".into());
 }
 
 #[test]
@@ -50,12 +47,8 @@ fn selinux_label_without_selinux_fails() {
         skip!("SELinux is enabled on this host");
     }
     let rt = Runtime::new("selinux");
-    refused(&rt, "process.selinuxLabel", |c| {
-        c["process"]["selinuxLabel"] = "system_u:system_r:container_t:s0".into()
-    });
-    refused(&rt, "linux.mountLabel", |c| {
-        c["linux"]["mountLabel"] = "system_u:object_r:container_file_t:s0".into()
-    });
+    refused(&rt, "process.selinuxLabel", |c| c["process"]["selinuxLabel"] = "system_u:system_r:container_t:s0".into());
+    refused(&rt, "linux.mountLabel", |c| c["linux"]["mountLabel"] = "system_u:object_r:container_file_t:s0".into());
 }
 
 /// Empty strings mean "not set" and must not fail anywhere.

@@ -27,12 +27,7 @@ fn mountinfo(text: &str) -> Vec<MountInfo> {
                 point: f.get(4)?.replace("\\040", " "),
                 opts: f.get(5)?.split(',').map(str::to_string).collect(),
                 fstype: r.first()?.to_string(),
-                super_opts: r
-                    .get(2)
-                    .unwrap_or(&"")
-                    .split(',')
-                    .map(str::to_string)
-                    .collect(),
+                super_opts: r.get(2).unwrap_or(&"").split(',').map(str::to_string).collect(),
             })
         })
         .collect()
@@ -64,33 +59,19 @@ fn tmpfs_with_options() {
     require_root!();
     let rt = Runtime::new("tmpfs");
     let b = rt.bundle(&["/bin/probe", "mounts"]);
-    b.add_mount(
-        json!({"destination": "/run", "type": "tmpfs", "source": "tmpfs",
-                       "options": ["nosuid", "nodev", "noexec", "mode=1700", "size=1m"]}),
-    );
+    b.add_mount(json!({"destination": "/run", "type": "tmpfs", "source": "tmpfs",
+                       "options": ["nosuid", "nodev", "noexec", "mode=1700", "size=1m"]}));
     let o = rt.run_bundle(&b).expect_ok("run");
     let mounts = mountinfo(&o.stdout);
     let m = mount_at(&mounts, "/run").unwrap_or_else(|| panic!("no mount at /run\n{o}"));
     assert_eq!(m.fstype, "tmpfs");
     for opt in ["nosuid", "nodev", "noexec"] {
-        assert!(
-            m.opts.contains(&opt.to_string()),
-            "{opt} missing: {:?}",
-            m.opts
-        );
+        assert!(m.opts.contains(&opt.to_string()), "{opt} missing: {:?}", m.opts);
     }
-    assert!(
-        m.super_opts.contains(&"size=1024k".to_string()),
-        "size=1m → size=1024k: {:?}",
-        m.super_opts
-    );
+    assert!(m.super_opts.contains(&"size=1024k".to_string()), "size=1m → size=1024k: {:?}", m.super_opts);
     // The option, not the root inode: runc chmods a tmpfs root back to the mode of the
     // directory it covers (docker volume copy-up), so `stat /run` says 0755 there.
-    assert!(
-        m.super_opts.contains(&"mode=1700".to_string()),
-        "mode=1700: {:?}",
-        m.super_opts
-    );
+    assert!(m.super_opts.contains(&"mode=1700".to_string()), "mode=1700: {:?}", m.super_opts);
 }
 
 #[test]
@@ -99,25 +80,12 @@ fn bind_mount_rw() {
     let rt = Runtime::new("bindrw");
     let host = rt.tempdir();
     std::fs::write(host.join("from-host"), "host-data\n").unwrap();
-    let b = rt.bundle(&[
-        "/bin/sh",
-        "-c",
-        "/bin/probe cat /var/from-host && /bin/probe write /var/from-container",
-    ]);
-    b.add_mount(
-        json!({"destination": "/var", "type": "bind", "source": host, "options": ["rbind", "rw"]}),
-    );
+    let b = rt.bundle(&["/bin/sh", "-c", "/bin/probe cat /var/from-host && /bin/probe write /var/from-container"]);
+    b.add_mount(json!({"destination": "/var", "type": "bind", "source": host, "options": ["rbind", "rw"]}));
     let o = rt.run_bundle(&b).expect_ok("run");
-    assert!(
-        o.stdout.contains("host-data"),
-        "host file visible inside\n{o}"
-    );
+    assert!(o.stdout.contains("host-data"), "host file visible inside\n{o}");
     assert!(o.stdout.contains("write=ok"), "{o}");
-    assert_eq!(
-        std::fs::read_to_string(host.join("from-container")).unwrap(),
-        "probe\n",
-        "write visible on host"
-    );
+    assert_eq!(std::fs::read_to_string(host.join("from-container")).unwrap(), "probe\n", "write visible on host");
 }
 
 #[test]
@@ -126,20 +94,11 @@ fn bind_mount_ro() {
     let rt = Runtime::new("bindro");
     let host = rt.tempdir();
     std::fs::write(host.join("from-host"), "host-data\n").unwrap();
-    let b = rt.bundle(&[
-        "/bin/sh",
-        "-c",
-        "/bin/probe cat /var/from-host; /bin/probe write /var/from-container",
-    ]);
-    b.add_mount(
-        json!({"destination": "/var", "type": "bind", "source": host, "options": ["rbind", "ro"]}),
-    );
+    let b = rt.bundle(&["/bin/sh", "-c", "/bin/probe cat /var/from-host; /bin/probe write /var/from-container"]);
+    b.add_mount(json!({"destination": "/var", "type": "bind", "source": host, "options": ["rbind", "ro"]}));
     let o = rt.run_bundle(&b);
     assert!(o.stdout.contains("host-data"), "{o}");
-    assert!(
-        o.stdout.contains("write=EROFS"),
-        "ro bind must give EROFS\n{o}"
-    );
+    assert!(o.stdout.contains("write=EROFS"), "ro bind must give EROFS\n{o}");
     assert!(!host.join("from-container").exists());
 }
 
@@ -150,21 +109,14 @@ fn readonly_root() {
     let b = rt.bundle(&["/bin/probe", "write", "/probe-was-here"]);
     assert_eq!(b.config()["root"]["readonly"], true);
     let o = rt.run_bundle(&b);
-    assert_eq!(
-        o.kv().get("write").map(String::as_str),
-        Some("EROFS"),
-        "{o}"
-    );
+    assert_eq!(o.kv().get("write").map(String::as_str), Some("EROFS"), "{o}");
     assert!(!b.rootfs().join("probe-was-here").exists());
 
     // A writable root (own copy): the write lands in the rootfs on the host.
     let b = rt.bundle(&["/bin/probe", "write", "/probe-was-here"]);
     let rootfs = b.writable_rootfs();
     rt.run_bundle(&b).expect_ok("write to a writable root");
-    assert_eq!(
-        std::fs::read_to_string(rootfs.join("probe-was-here")).unwrap(),
-        "probe\n"
-    );
+    assert_eq!(std::fs::read_to_string(rootfs.join("probe-was-here")).unwrap(), "probe\n");
 }
 
 /// The default devices of runtime-spec "Default Devices", plus the /dev symlinks runc makes.
@@ -187,10 +139,7 @@ fn default_dev() {
         "/dev/shm",
         "/dev/pts",
     ];
-    let script: String = paths
-        .iter()
-        .map(|p| format!("echo '== {p}'; /bin/probe stat {p}; "))
-        .collect();
+    let script: String = paths.iter().map(|p| format!("echo '== {p}'; /bin/probe stat {p}; ")).collect();
     let b = rt.bundle(&["/bin/sh", "-c", &script]);
     let o = rt.run_bundle(&b).expect_ok("stat /dev entries");
     let s = sections(&o.stdout);
@@ -206,15 +155,11 @@ fn default_dev() {
         let m = st(p);
         assert_eq!(m.get("type").map(String::as_str), Some("chr"), "{p}: {m:?}");
         assert_eq!(m.get("rdev").map(String::as_str), Some(rdev), "{p}: {m:?}");
-        assert_eq!(
-            m.get("mode").map(String::as_str),
-            Some("0666"),
-            "{p}: {m:?}"
-        );
+        assert_eq!(m.get("mode").map(String::as_str), Some("0666"), "{p}: {m:?}");
     }
     let ptmx = st("/dev/ptmx");
-    let ok = (ptmx["type"] == "lnk" && ptmx["target"] == "pts/ptmx")
-        || (ptmx["type"] == "chr" && ptmx["rdev"] == "5:2");
+    let ok =
+        (ptmx["type"] == "lnk" && ptmx["target"] == "pts/ptmx") || (ptmx["type"] == "chr" && ptmx["rdev"] == "5:2");
     assert!(ok, "/dev/ptmx must be pts/ptmx or char 5:2: {ptmx:?}");
     for (p, target) in [
         ("/dev/fd", "/proc/self/fd"),
@@ -223,11 +168,7 @@ fn default_dev() {
         ("/dev/stderr", "/proc/self/fd/2"),
     ] {
         let m = st(p);
-        assert_eq!(
-            (m["type"].as_str(), m["target"].as_str()),
-            ("lnk", target),
-            "{p}: {m:?}"
-        );
+        assert_eq!((m["type"].as_str(), m["target"].as_str()), ("lnk", target), "{p}: {m:?}");
     }
     assert_eq!(st("/dev/shm")["type"], "dir");
     assert_eq!(st("/dev/pts")["type"], "dir");
@@ -253,9 +194,7 @@ fn masked_paths() {
     require_root!();
     let rt = Runtime::new("masked");
     // A default masked /proc file that exists on this kernel (kcore needs CONFIG_PROC_KCORE).
-    let proc_file = ["/proc/kcore", "/proc/keys", "/proc/timer_list"]
-        .into_iter()
-        .find(|p| Path::new(p).exists());
+    let proc_file = ["/proc/kcore", "/proc/keys", "/proc/timer_list"].into_iter().find(|p| Path::new(p).exists());
     let proc_file = proc_file.expect("no default masked /proc file exists on this host");
     let script = format!(
         "echo '== proc'; /bin/probe stat {proc_file}; /bin/probe cat {proc_file} | wc -c; \
@@ -273,16 +212,8 @@ fn masked_paths() {
     let s = sections(&o.stdout);
     for file in ["proc", "passwd"] {
         let st = kv(&s[file]);
-        assert_eq!(
-            st.get("rdev").map(String::as_str),
-            Some("1:3"),
-            "a masked file has /dev/null bound over it\n{o}"
-        );
-        assert_eq!(
-            s[file].lines().last().map(str::trim),
-            Some("0"),
-            "reading a masked file gives nothing\n{o}"
-        );
+        assert_eq!(st.get("rdev").map(String::as_str), Some("1:3"), "a masked file has /dev/null bound over it\n{o}");
+        assert_eq!(s[file].lines().last().map(str::trim), Some("0"), "reading a masked file gives nothing\n{o}");
     }
     assert_eq!(s["home"].trim(), "", "a masked directory is empty\n{o}");
 }
@@ -293,31 +224,12 @@ fn readonly_paths() {
     let rt = Runtime::new("ropaths");
     // domainname is per-UTS-namespace, so even a wrong success would not touch the host.
     let host = rt.tempdir();
-    let b = rt.bundle(&[
-        "/bin/sh",
-        "-c",
-        "/bin/probe write /proc/sys/kernel/domainname; /bin/probe write /var/x",
-    ]);
-    b.add_mount(
-        json!({"destination": "/var", "type": "bind", "source": host, "options": ["rbind", "rw"]}),
-    );
-    b.config_mut(|c| {
-        c["linux"]["readonlyPaths"]
-            .as_array_mut()
-            .unwrap()
-            .push("/var".into())
-    });
+    let b = rt.bundle(&["/bin/sh", "-c", "/bin/probe write /proc/sys/kernel/domainname; /bin/probe write /var/x"]);
+    b.add_mount(json!({"destination": "/var", "type": "bind", "source": host, "options": ["rbind", "rw"]}));
+    b.config_mut(|c| c["linux"]["readonlyPaths"].as_array_mut().unwrap().push("/var".into()));
     let o = rt.run_bundle(&b);
-    let writes: Vec<&str> = o
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("write="))
-        .collect();
-    assert_eq!(
-        writes,
-        ["EROFS", "EROFS"],
-        "/proc/sys and /var are read-only\n{o}"
-    );
+    let writes: Vec<&str> = o.stdout.lines().filter_map(|l| l.strip_prefix("write=")).collect();
+    assert_eq!(writes, ["EROFS", "EROFS"], "/proc/sys and /var are read-only\n{o}");
     assert!(!host.join("x").exists());
 }
 
@@ -331,11 +243,7 @@ fn sysctl_in_new_netns() {
     b.config_mut(|c| c["linux"]["sysctl"] = json!({"net.ipv4.ip_forward": want}));
     let o = rt.run_bundle(&b).expect_ok("run with a sysctl");
     assert_eq!(o.kv()["net.ipv4.ip_forward"], want, "{o}");
-    assert_eq!(
-        std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap(),
-        host_before,
-        "host sysctl changed"
-    );
+    assert_eq!(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap(), host_before, "host sysctl changed");
 }
 
 /// A net.* sysctl without a private network namespace would change the host: refuse it.
@@ -346,35 +254,17 @@ fn sysctl_for_host_netns_refused() {
     let host_before = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
     let want = if host_before.trim() == "1" { "0" } else { "1" };
     let b = rt.bundle(&["/bin/probe", "sysctl", "net.ipv4.ip_forward"]);
-    b.without_ns("network")
-        .config_mut(|c| c["linux"]["sysctl"] = json!({"net.ipv4.ip_forward": want}));
-    let o = rt
-        .create(&b)
-        .expect_err("net sysctl in the host network namespace");
+    b.without_ns("network").config_mut(|c| c["linux"]["sysctl"] = json!({"net.ipv4.ip_forward": want}));
+    let o = rt.create(&b).expect_err("net sysctl in the host network namespace");
     assert_eq!(o.code(), Some(1), "{o}");
-    assert_eq!(
-        std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap(),
-        host_before,
-        "host sysctl changed!"
-    );
+    assert_eq!(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap(), host_before, "host sysctl changed!");
     rt.assert_nothing_left(&b.id);
 }
 
 fn assert_host_dir_untouched(dir: &Path) {
-    assert!(
-        mounts_under(dir).is_empty(),
-        "something is mounted on host path {}",
-        dir.display()
-    );
-    let entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert!(
-        entries.is_empty(),
-        "host dir {} was written to: {entries:?}",
-        dir.display()
-    );
+    assert!(mounts_under(dir).is_empty(), "something is mounted on host path {}", dir.display());
+    let entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(entries.is_empty(), "host dir {} was written to: {entries:?}", dir.display());
 }
 
 /// SECURITY: a mount destination that is a symlink in the rootfs pointing at a host path must
@@ -410,16 +300,9 @@ fn mount_destination_symlink_stays_in_rootfs() {
     let mounts = mountinfo(&o.stdout_now());
     for p in [target.clone(), sub, target.join("file")] {
         let p = p.to_str().unwrap();
-        assert!(
-            mount_at(&mounts, p).is_some(),
-            "expected a mount at {p} inside the container\n{}",
-            o.stdout_now()
-        );
+        assert!(mount_at(&mounts, p).is_some(), "expected a mount at {p} inside the container\n{}", o.stdout_now());
     }
-    assert!(
-        rootfs.join(target.strip_prefix("/").unwrap()).is_dir(),
-        "mountpoint created inside the rootfs"
-    );
+    assert!(rootfs.join(target.strip_prefix("/").unwrap()).is_dir(), "mountpoint created inside the rootfs");
 }
 
 /// SECURITY: a masked path that is a symlink to a host file must not mask (or touch) the host
@@ -436,23 +319,13 @@ fn masked_path_symlink_stays_in_rootfs() {
     std::os::unix::fs::symlink(&secret, rootfs.join("etc/masklink")).unwrap();
     std::os::unix::fs::symlink(&target, rootfs.join("etc/rolink")).unwrap();
     b.config_mut(|c| {
-        c["linux"]["maskedPaths"]
-            .as_array_mut()
-            .unwrap()
-            .push("/etc/masklink".into());
-        c["linux"]["readonlyPaths"]
-            .as_array_mut()
-            .unwrap()
-            .push("/etc/rolink".into());
+        c["linux"]["maskedPaths"].as_array_mut().unwrap().push("/etc/masklink".into());
+        c["linux"]["readonlyPaths"].as_array_mut().unwrap().push("/etc/rolink".into());
     });
     let o = rt.create(&b);
     let check_host = || {
         assert!(mounts_under(&target).is_empty(), "host path mounted over");
-        assert_eq!(
-            std::fs::read_to_string(&secret).unwrap(),
-            "host-secret\n",
-            "host file changed"
-        );
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host-secret\n", "host file changed");
         let n = std::fs::read_dir(&target).unwrap().count();
         assert_eq!(n, 1, "host dir gained entries");
     };

@@ -12,10 +12,7 @@ use tinyrun_conformance::{kernel_has_ns, require_root, skip, Bundle, Runtime};
 
 /// `readlink /proc/self/ns/<kind>` of the test process: the namespaces the runtime inherits.
 fn own_ns(kind: &str) -> String {
-    std::fs::read_link(format!("/proc/self/ns/{kind}"))
-        .unwrap()
-        .to_string_lossy()
-        .into_owned()
+    std::fs::read_link(format!("/proc/self/ns/{kind}")).unwrap().to_string_lossy().into_owned()
 }
 
 fn container_ns(rt: &Runtime, b: &Bundle) -> BTreeMap<String, String> {
@@ -40,19 +37,11 @@ fn configured_namespaces_are_new() {
     let b = rt.bundle(&[]);
     let ns = container_ns(&rt, &b);
     for kind in ["pid", "net", "ipc", "uts", "mnt", "cgroup"] {
-        assert_ne!(
-            ns[kind],
-            own_ns(kind),
-            "{kind} namespace must be new: {ns:?}"
-        );
+        assert_ne!(ns[kind], own_ns(kind), "{kind} namespace must be new: {ns:?}");
     }
     for kind in ["user", "time"] {
         if let Some(v) = ns.get(kind) {
-            assert_eq!(
-                *v,
-                own_ns(kind),
-                "{kind} was not requested, so it is shared"
-            );
+            assert_eq!(*v, own_ns(kind), "{kind} was not requested, so it is shared");
         }
     }
 }
@@ -62,16 +51,10 @@ fn omitted_namespaces_are_shared() {
     require_root!();
     let rt = Runtime::new("sharedns");
     let b = rt.bundle(&[]);
-    b.without_ns("network")
-        .without_ns("ipc")
-        .without_ns("cgroup");
+    b.without_ns("network").without_ns("ipc").without_ns("cgroup");
     let ns = container_ns(&rt, &b);
     for kind in ["net", "ipc", "cgroup"] {
-        assert_eq!(
-            ns[kind],
-            own_ns(kind),
-            "{kind} omitted from config, so shared: {ns:?}"
-        );
+        assert_eq!(ns[kind], own_ns(kind), "{kind} omitted from config, so shared: {ns:?}");
     }
     assert_ne!(ns["mnt"], own_ns("mnt"));
 }
@@ -83,11 +66,7 @@ fn join_network_namespace_by_path() {
     let rt = Runtime::new("joinnetns");
     let nsfile = rt.tempdir().join("netns");
     std::fs::write(&nsfile, "").unwrap();
-    let st = Command::new("unshare")
-        .arg(format!("--net={}", nsfile.display()))
-        .arg("true")
-        .status()
-        .expect("unshare");
+    let st = Command::new("unshare").arg(format!("--net={}", nsfile.display())).arg("true").status().expect("unshare");
     assert!(st.success(), "unshare --net=FILE failed");
     rt.track_mount(&nsfile);
     let inode = std::fs::metadata(&nsfile).unwrap().ino();
@@ -103,16 +82,8 @@ fn join_network_namespace_by_path() {
         }
     });
     let ns = container_ns(&rt, &b);
-    assert_eq!(
-        ns["net"],
-        format!("net:[{inode}]"),
-        "must join the namespace at {path}"
-    );
-    assert_ne!(
-        ns["uts"],
-        own_ns("uts"),
-        "the other namespaces are still new"
-    );
+    assert_eq!(ns["net"], format!("net:[{inode}]"), "must join the namespace at {path}");
+    assert_ne!(ns["uts"], own_ns("uts"), "the other namespaces are still new");
 }
 
 /// A new user namespace together with a namespace joined by path (a pod
@@ -124,11 +95,7 @@ fn new_user_namespace_with_a_joined_network_namespace() {
     let rt = Runtime::new("usernetjoin");
     let nsfile = rt.tempdir().join("netns");
     std::fs::write(&nsfile, "").unwrap();
-    let st = Command::new("unshare")
-        .arg(format!("--net={}", nsfile.display()))
-        .arg("true")
-        .status()
-        .expect("unshare");
+    let st = Command::new("unshare").arg(format!("--net={}", nsfile.display())).arg("true").status().expect("unshare");
     assert!(st.success(), "unshare --net=FILE failed");
     rt.track_mount(&nsfile);
     let inode = std::fs::metadata(&nsfile).unwrap().ino();
@@ -140,19 +107,12 @@ fn new_user_namespace_with_a_joined_network_namespace() {
                 ns["path"] = path.clone().into();
             }
         }
-        c["linux"]["namespaces"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"type": "user"}));
+        c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
         c["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
         c["linux"]["gidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
     });
     let ns = container_ns(&rt, &b);
-    assert_eq!(
-        ns["net"],
-        format!("net:[{inode}]"),
-        "must join the namespace at {path}"
-    );
+    assert_eq!(ns["net"], format!("net:[{inode}]"), "must join the namespace at {path}");
     assert_ne!(ns["user"], own_ns("user"), "the user namespace is new");
     assert_ne!(ns["pid"], own_ns("pid"), "the pid namespace is new");
 }
@@ -163,10 +123,7 @@ fn user_namespace_mappings() {
     let rt = Runtime::new("userns");
     let b = rt.bundle(&["/bin/probe", "ids"]);
     b.config_mut(|c| {
-        c["linux"]["namespaces"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"type": "user"}));
+        c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
         c["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
         c["linux"]["gidMappings"] = json!([{"containerID": 0, "hostID": 200000, "size": 1000}]);
     });
@@ -176,35 +133,19 @@ fn user_namespace_mappings() {
         let text = std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap();
         text.split_whitespace().map(str::to_string).collect()
     };
-    assert_eq!(
-        map("uid_map"),
-        ["0", "100000", "65536"],
-        "host view of uid_map"
-    );
-    assert_eq!(
-        map("gid_map"),
-        ["0", "200000", "1000"],
-        "host view of gid_map"
-    );
+    assert_eq!(map("uid_map"), ["0", "100000", "65536"], "host view of uid_map");
+    assert_eq!(map("gid_map"), ["0", "200000", "1000"], "host view of gid_map");
     let user_ns = std::fs::read_link(format!("/proc/{pid}/ns/user")).unwrap();
     assert_ne!(user_ns.to_string_lossy(), own_ns("user"));
     // The host sees the container's root as the mapped id.
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    assert_eq!(
-        uid_line.split_whitespace().nth(2),
-        Some("100000"),
-        "{uid_line}"
-    );
+    assert_eq!(uid_line.split_whitespace().nth(2), Some("100000"), "{uid_line}");
 
     rt.run(&["start", &b.id]).expect_ok("start");
     rt.wait_status(&b.id, "stopped");
     let kv = tinyrun_conformance::kv(&out.stdout_now());
-    assert_eq!(
-        kv.get("uid").map(String::as_str),
-        Some("0"),
-        "root inside: {kv:?}"
-    );
+    assert_eq!(kv.get("uid").map(String::as_str), Some("0"), "root inside: {kv:?}");
     assert_eq!(kv.get("gid").map(String::as_str), Some("0"), "{kv:?}");
     assert_eq!(kv.get("euid").map(String::as_str), Some("0"), "{kv:?}");
 }
@@ -227,11 +168,7 @@ fn hostname_and_domainname() {
         assert_eq!(kv["domainname"], "example.test");
     }
     let host = nix::unistd::gethostname().unwrap();
-    assert_ne!(
-        host.to_str(),
-        Some("ct-uts-host"),
-        "the host's hostname must not change"
-    );
+    assert_ne!(host.to_str(), Some("ct-uts-host"), "the host's hostname must not change");
 }
 
 /// Setting a hostname without a private UTS namespace is an error (it would rename the host).
@@ -241,15 +178,10 @@ fn hostname_without_uts_namespace_fails() {
     let rt = Runtime::new("noutsns");
     let before = nix::unistd::gethostname().unwrap();
     let b = rt.bundle(&["/bin/probe", "hostname"]);
-    b.without_ns("uts")
-        .config_mut(|c| c["hostname"] = "must-not-apply".into());
+    b.without_ns("uts").config_mut(|c| c["hostname"] = "must-not-apply".into());
     let o = rt.create(&b).expect_err("hostname without a UTS namespace");
     assert_eq!(o.code(), Some(1), "{o}");
-    assert_eq!(
-        nix::unistd::gethostname().unwrap(),
-        before,
-        "host hostname changed!"
-    );
+    assert_eq!(nix::unistd::gethostname().unwrap(), before, "host hostname changed!");
     rt.assert_nothing_left(&b.id);
 }
 
@@ -267,26 +199,15 @@ fn time_namespace_offsets() {
     let year = 365 * 24 * 3600u64;
     let b = rt.bundle(&["/bin/probe", "cat", "/proc/uptime"]);
     b.config_mut(|c| {
-        c["linux"]["namespaces"]
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"type": "time"}));
+        c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "time"}));
         c["linux"]["timeOffsets"] = json!({"boottime": {"secs": year, "nanosecs": 0},
                                            "monotonic": {"secs": year, "nanosecs": 0}});
     });
     let o = rt.run_bundle(&b).expect_ok("run with a time namespace");
     let inside: f64 = o.stdout.split_whitespace().next().unwrap().parse().unwrap();
-    let host: f64 = std::fs::read_to_string("/proc/uptime")
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(
-        inside > host + year as f64 - 60.0,
-        "uptime inside {inside} should be ~host {host} + 1 year"
-    );
+    let host: f64 =
+        std::fs::read_to_string("/proc/uptime").unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    assert!(inside > host + year as f64 - 60.0, "uptime inside {inside} should be ~host {host} + 1 year");
     b.args(&["/bin/probe", "ns"]);
     let kv = rt.run_bundle(&b).expect_ok("probe ns").kv();
     assert_ne!(kv["time"], own_ns("time"));

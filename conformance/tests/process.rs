@@ -13,9 +13,7 @@ fn args_resolved_via_path() {
     require_root!();
     let rt = Runtime::new("pathlookup");
     let b = rt.bundle(&["probe", "pid"]);
-    let o = rt
-        .run_bundle(&b)
-        .expect_ok("args[0] without a slash is looked up in the container PATH");
+    let o = rt.run_bundle(&b).expect_ok("args[0] without a slash is looked up in the container PATH");
     assert_eq!(o.kv()["pid"], "1", "{o}");
 }
 
@@ -26,14 +24,9 @@ fn missing_binary_fails_create() {
     let rt = Runtime::new("nobinary");
     for arg0 in ["no-such-binary", "/bin/no-such-binary"] {
         let b = rt.bundle(&[arg0]);
-        let o = rt
-            .create(&b)
-            .expect_err(&format!("create with args[0]={arg0}"));
+        let o = rt.create(&b).expect_err(&format!("create with args[0]={arg0}"));
         assert_eq!(o.code(), Some(1), "{o}");
-        assert!(
-            o.stderr.contains("no-such-binary"),
-            "the error should name the binary\n{o}"
-        );
+        assert!(o.stderr.contains("no-such-binary"), "the error should name the binary\n{o}");
         rt.assert_nothing_left(&b.id);
     }
 }
@@ -57,14 +50,8 @@ fn env_is_exactly_the_config() {
         assert!(lines.contains(&want), "{want} missing\n{o}");
     }
     assert!(lines.iter().any(|l| l.starts_with("PATH=/")), "{o}");
-    assert!(
-        !o.stdout.contains("RUNTIME_ONLY_VAR"),
-        "the runtime's environment leaked\n{o}"
-    );
-    assert!(
-        !o.stdout.contains("_LIBCONTAINER"),
-        "runtime internals leaked\n{o}"
-    );
+    assert!(!o.stdout.contains("RUNTIME_ONLY_VAR"), "the runtime's environment leaked\n{o}");
+    assert!(!o.stdout.contains("_LIBCONTAINER"), "runtime internals leaked\n{o}");
 }
 
 #[test]
@@ -73,10 +60,7 @@ fn cwd_honoured() {
     let rt = Runtime::new("cwd");
     let b = rt.bundle(&["/bin/probe", "cwd"]);
     b.config_mut(|c| c["process"]["cwd"] = "/home/tester".into());
-    assert_eq!(
-        rt.run_bundle(&b).expect_ok("probe cwd").kv()["cwd"],
-        "/home/tester"
-    );
+    assert_eq!(rt.run_bundle(&b).expect_ok("probe cwd").kv()["cwd"], "/home/tester");
 }
 
 #[test]
@@ -85,8 +69,7 @@ fn user_groups_umask() {
     let rt = Runtime::new("user");
     let b = rt.bundle(&["/bin/probe", "ids"]);
     b.config_mut(|c| {
-        c["process"]["user"] =
-            json!({"uid": 1000, "gid": 1001, "additionalGids": [65534, 5], "umask": 0o027});
+        c["process"]["user"] = json!({"uid": 1000, "gid": 1001, "additionalGids": [65534, 5], "umask": 0o027});
     });
     let kv = rt.run_bundle(&b).expect_ok("probe ids").kv();
     assert_eq!(kv["uid"], "1000");
@@ -113,10 +96,7 @@ fn cap_mask(names: &[&str]) -> String {
         "CAP_AUDIT_WRITE" => 29,
         other => panic!("add {other} to cap_mask"),
     };
-    format!(
-        "{:016x}",
-        names.iter().map(|n| 1u64 << bit(n)).fold(0, |a, b| a | b)
-    )
+    format!("{:016x}", names.iter().map(|n| 1u64 << bit(n)).fold(0, |a, b| a | b))
 }
 
 #[test]
@@ -164,7 +144,8 @@ fn capabilities_match_config() {
     // Empty sets: nothing at all.
     let b = rt.bundle(&["/bin/probe", "caps"]);
     b.config_mut(|c| {
-        c["process"]["capabilities"] = json!({"bounding": [], "permitted": [], "effective": [], "inheritable": [], "ambient": []});
+        c["process"]["capabilities"] =
+            json!({"bounding": [], "permitted": [], "effective": [], "inheritable": [], "ambient": []});
     });
     let kv = rt.run_bundle(&b).expect_ok("probe caps").kv();
     for set in ["CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"] {
@@ -190,8 +171,7 @@ fn rlimits() {
     let rt = Runtime::new("rlimits");
     let b = rt.bundle(&["/bin/probe", "rlimits"]);
     // The host may lack CAP_SYS_RESOURCE (this CI VM does), so stay under our own hard limits.
-    let (_, core_hard) =
-        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_CORE).unwrap();
+    let (_, core_hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_CORE).unwrap();
     let core_soft = 4096u64.min(core_hard);
     b.config_mut(|c| {
         c["process"]["rlimits"]
@@ -200,10 +180,7 @@ fn rlimits() {
             .push(json!({"type": "RLIMIT_CORE", "soft": core_soft, "hard": core_soft}));
     });
     let kv = rt.run_bundle(&b).expect_ok("probe rlimits").kv();
-    assert_eq!(
-        kv["RLIMIT_NOFILE.soft"], "1024",
-        "the default spec's NOFILE: {kv:?}"
-    );
+    assert_eq!(kv["RLIMIT_NOFILE.soft"], "1024", "the default spec's NOFILE: {kv:?}");
     assert_eq!(kv["RLIMIT_NOFILE.hard"], "1024", "{kv:?}");
     assert_eq!(kv["RLIMIT_CORE.soft"], core_soft.to_string(), "{kv:?}");
     assert_eq!(kv["RLIMIT_CORE.hard"], core_soft.to_string(), "{kv:?}");
@@ -217,13 +194,7 @@ fn oom_score_adj() {
     b.config_mut(|c| c["process"]["oomScoreAdj"] = 100.into());
     let kv = rt.run_bundle(&b).expect_ok("probe oom").kv();
     assert_eq!(kv["oom_score_adj"], "100");
-    assert_eq!(
-        std::fs::read_to_string("/proc/self/oom_score_adj")
-            .unwrap()
-            .trim(),
-        "0",
-        "ours must not change"
-    );
+    assert_eq!(std::fs::read_to_string("/proc/self/oom_score_adj").unwrap().trim(), "0", "ours must not change");
 }
 
 fn fd_keys(out: &str) -> Vec<String> {
@@ -242,11 +213,7 @@ fn only_stdio_fds() {
     let mut cmd = rt.command(&["run", "--bundle", b.path(), &b.id]);
     tinyrun_conformance::pass_fds(&mut cmd, vec![(leak.as_raw_fd(), 7)]);
     let o = rt.output(cmd).expect_ok("probe fds");
-    assert_eq!(
-        fd_keys(&o.stdout),
-        ["fd.0", "fd.1", "fd.2"],
-        "no fds beyond stdio\n{o}"
-    );
+    assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2"], "no fds beyond stdio\n{o}");
 }
 
 #[test]
@@ -259,19 +226,8 @@ fn preserve_fds() {
     let passed = File::open(&passed_path).unwrap();
     let leak = File::open("/etc/hostname").unwrap();
     let mut cmd = rt.command(&["run", "--preserve-fds", "1", "--bundle", b.path(), &b.id]);
-    tinyrun_conformance::pass_fds(
-        &mut cmd,
-        vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)],
-    );
+    tinyrun_conformance::pass_fds(&mut cmd, vec![(passed.as_raw_fd(), 3), (leak.as_raw_fd(), 4)]);
     let o = rt.output(cmd).expect_ok("probe fds with --preserve-fds 1");
-    assert_eq!(
-        fd_keys(&o.stdout),
-        ["fd.0", "fd.1", "fd.2", "fd.3"],
-        "exactly stdio + fd 3\n{o}"
-    );
-    assert_eq!(
-        o.kv()["fd.3"],
-        passed_path.to_str().unwrap(),
-        "fd 3 is the file we passed\n{o}"
-    );
+    assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2", "fd.3"], "exactly stdio + fd 3\n{o}");
+    assert_eq!(o.kv()["fd.3"], passed_path.to_str().unwrap(), "fd 3 is the file we passed\n{o}");
 }

@@ -59,10 +59,7 @@ fn saw(name: &str, what: impl AsRef<str>) {
 fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {secs} s waiting for {what}"
-        );
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -80,35 +77,17 @@ impl IdWatch {
     fn new(dirs: &[PathBuf]) -> IdWatch {
         // SAFETY: plain syscall; the returned fd is checked and then owned.
         let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        assert!(
-            raw >= 0,
-            "inotify_init1: {}",
-            std::io::Error::last_os_error()
-        );
+        assert!(raw >= 0, "inotify_init1: {}", std::io::Error::last_os_error());
         // SAFETY: raw is a fresh fd we own.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         for d in dirs {
             let c = std::ffi::CString::new(d.to_str().expect("utf-8 path")).expect("no NUL");
             // SAFETY: valid fd and NUL-terminated path.
-            let wd = unsafe {
-                libc::inotify_add_watch(
-                    fd.as_raw_fd(),
-                    c.as_ptr(),
-                    libc::IN_CREATE | libc::IN_MOVED_TO,
-                )
-            };
-            assert!(
-                wd >= 0,
-                "inotify_add_watch {}: {}",
-                d.display(),
-                std::io::Error::last_os_error()
-            );
+            let wd =
+                unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), libc::IN_CREATE | libc::IN_MOVED_TO) };
+            assert!(wd >= 0, "inotify_add_watch {}: {}", d.display(), std::io::Error::last_os_error());
         }
-        IdWatch {
-            fd,
-            dirs: dirs.to_vec(),
-            ids: BTreeSet::new(),
-        }
+        IdWatch { fd, dirs: dirs.to_vec(), ids: BTreeSet::new() }
     }
 
     /// Read pending events, and list the directories too (belt and braces).
@@ -125,12 +104,8 @@ impl IdWatch {
             while off + hdr <= n as usize {
                 // SAFETY: the kernel wrote a whole inotify_event at off (read_unaligned copes
                 // with the byte buffer's alignment).
-                let ev: libc::inotify_event =
-                    unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
-                assert!(
-                    ev.mask & libc::IN_Q_OVERFLOW == 0,
-                    "inotify queue overflowed: ids may be missed"
-                );
+                let ev: libc::inotify_event = unsafe { std::ptr::read_unaligned(buf[off..].as_ptr().cast()) };
+                assert!(ev.mask & libc::IN_Q_OVERFLOW == 0, "inotify queue overflowed: ids may be missed");
                 let name = &buf[off + hdr..off + hdr + ev.len as usize];
                 let name = String::from_utf8_lossy(name.split(|b| *b == 0).next().unwrap_or(&[]));
                 if !name.is_empty() && !name.starts_with('.') {
@@ -150,11 +125,7 @@ impl IdWatch {
 /// Entries of `dir` not starting with a dot (temp files of atomic writes).
 fn names_in(dir: &Path) -> Vec<String> {
     fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                .filter(|n| !n.starts_with('.'))
-                .collect()
-        })
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| !n.starts_with('.')).collect())
         .unwrap_or_default()
 }
 
@@ -163,20 +134,13 @@ fn names_in(dir: &Path) -> Vec<String> {
 
 /// `/sys/fs/cgroup[/<hierarchy>]/tinyrun-sandbox/<id>` that exist.
 fn sandbox_cgroups(id: &str) -> Vec<PathBuf> {
-    assert!(
-        !id.is_empty() && !id.contains('/') && id != "." && id != "..",
-        "bad id {id:?}"
-    );
+    assert!(!id.is_empty() && !id.contains('/') && id != "." && id != "..", "bad id {id:?}");
     let base = Path::new("/sys/fs/cgroup");
     let mut roots = vec![base.to_path_buf()];
     if let Ok(d) = fs::read_dir(base) {
         roots.extend(d.filter_map(|e| e.ok()).map(|e| e.path()));
     }
-    roots
-        .into_iter()
-        .map(|r| r.join("tinyrun-sandbox").join(id))
-        .filter(|p| p.is_dir())
-        .collect()
+    roots.into_iter().map(|r| r.join("tinyrun-sandbox").join(id)).filter(|p| p.is_dir()).collect()
 }
 
 /// Pids in a cgroup directory and below.
@@ -201,18 +165,12 @@ fn remove_sandbox_cgroups(id: &str) {
     let me = std::process::id() as i32;
     for dir in sandbox_cgroups(id) {
         for _ in 0..40 {
-            let procs: Vec<i32> = cgroup_procs(&dir)
-                .into_iter()
-                .filter(|p| *p > 1 && *p != me)
-                .collect();
+            let procs: Vec<i32> = cgroup_procs(&dir).into_iter().filter(|p| *p > 1 && *p != me).collect();
             if procs.is_empty() {
                 break;
             }
             for p in procs {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(p),
-                    nix::sys::signal::SIGKILL,
-                );
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -245,9 +203,7 @@ fn mountinfo_lines(needle: &str) -> Vec<String> {
 }
 
 fn fd_count() -> usize {
-    fs::read_dir("/proc/self/fd")
-        .map(|d| d.count())
-        .unwrap_or(0)
+    fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
 }
 
 fn netns_list() -> String {
@@ -261,10 +217,7 @@ fn netns_list() -> String {
 
 /// The key: value lines of /proc/PID/status we care about.
 fn status_field(text: &str, key: &str) -> Option<String> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(&format!("{key}:"))
-            .map(|v| v.trim().to_string())
-    })
+    text.lines().find_map(|l| l.strip_prefix(&format!("{key}:")).map(|v| v.trim().to_string()))
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -300,12 +253,7 @@ impl Sbx {
         fs::set_permissions(&bundles, fs::Permissions::from_mode(0o755)).expect("chmod");
         let watch = IdWatch::new(&[state, bundles]);
         let tag_env = format!("TINYRUN_CONFORMANCE_TAG={}", rt.tag());
-        Sbx {
-            rt,
-            name,
-            watch: std::cell::RefCell::new(watch),
-            tag_env,
-        }
+        Sbx { rt, name, watch: std::cell::RefCell::new(watch), tag_env }
     }
 
     fn root_str(&self) -> &str {
@@ -366,19 +314,14 @@ impl Sbx {
         v.extend_from_slice(opts);
         let o = self.raw(&v).expect_ok("sandbox launch");
         let id = o.stdout.trim().to_string();
-        assert!(
-            !id.is_empty() && !id.contains(char::is_whitespace),
-            "launch printed {id:?}\n{o}"
-        );
+        assert!(!id.is_empty() && !id.contains(char::is_whitespace), "launch printed {id:?}\n{o}");
         id
     }
 
     /// `sandbox list --format json`: (id, status, pid) of each.
     #[track_caller]
     fn list(&self) -> Vec<(String, String, i64)> {
-        let o = self
-            .raw(&["list", "--format", "json"])
-            .expect_ok("sandbox list --format json");
+        let o = self.raw(&["list", "--format", "json"]).expect_ok("sandbox list --format json");
         let v: Value = serde_json::from_str(o.stdout.trim())
             .unwrap_or_else(|e| panic!("list --format json is not JSON ({e})\n{o}"));
         v.as_array()
@@ -487,13 +430,8 @@ impl Drop for Sbx {
 #[track_caller]
 fn parse_result(o: &Out) -> Value {
     let text = o.stdout.trim();
-    assert_eq!(
-        text.lines().count(),
-        1,
-        "--json must print one JSON object on one line\n{o}"
-    );
-    let v: Value = serde_json::from_str(text)
-        .unwrap_or_else(|e| panic!("--json output is not JSON ({e})\n{o}"));
+    assert_eq!(text.lines().count(), 1, "--json must print one JSON object on one line\n{o}");
+    let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("--json output is not JSON ({e})\n{o}"));
     check_shape(&v, o);
     v
 }
@@ -501,30 +439,18 @@ fn parse_result(o: &Out) -> Value {
 /// Every field present with the right type.
 #[track_caller]
 fn check_shape(v: &Value, o: &Out) {
-    let obj = v
-        .as_object()
-        .unwrap_or_else(|| panic!("--json: not an object\n{o}"));
-    let ok =
-        |k: &str, good: bool| assert!(good, "--json field {k:?} missing or mistyped: {v}\n{o}");
-    ok(
-        "exit_code",
-        v["exit_code"].is_null() || v["exit_code"].is_i64(),
-    );
+    let obj = v.as_object().unwrap_or_else(|| panic!("--json: not an object\n{o}"));
+    let ok = |k: &str, good: bool| assert!(good, "--json field {k:?} missing or mistyped: {v}\n{o}");
+    ok("exit_code", v["exit_code"].is_null() || v["exit_code"].is_i64());
     ok("exit_code", obj.contains_key("exit_code"));
-    ok(
-        "signal",
-        obj.contains_key("signal") && (v["signal"].is_null() || v["signal"].is_string()),
-    );
+    ok("signal", obj.contains_key("signal") && (v["signal"].is_null() || v["signal"].is_string()));
     ok("timed_out", v["timed_out"].is_boolean());
     ok("oom_killed", v["oom_killed"].is_boolean());
     for k in ["duration_ms", "cpu_ms", "peak_memory_bytes"] {
         ok(k, v[k].is_u64());
     }
     for k in ["stdout", "stderr"] {
-        ok(
-            k,
-            v[k]["text"].is_string() && v[k]["truncated"].is_boolean(),
-        );
+        ok(k, v[k]["text"].is_string() && v[k]["truncated"].is_boolean());
     }
     assert!(
         v["exit_code"].is_null() != v["signal"].is_null(),
@@ -535,7 +461,13 @@ fn check_shape(v: &Value, o: &Out) {
 fn short(v: &Value) -> String {
     format!(
         "exit_code={} signal={} timed_out={} oom_killed={} duration_ms={} cpu_ms={} peak_memory_bytes={}",
-        v["exit_code"], v["signal"], v["timed_out"], v["oom_killed"], v["duration_ms"], v["cpu_ms"], v["peak_memory_bytes"]
+        v["exit_code"],
+        v["signal"],
+        v["timed_out"],
+        v["oom_killed"],
+        v["duration_ms"],
+        v["cpu_ms"],
+        v["peak_memory_bytes"]
     )
 }
 
@@ -561,11 +493,7 @@ fn python_without_image() {
     let status = sb.run(&[], &["sh", "-c", "echo out; echo err >&2; exit 3"]);
     let (cap, _) = sb.run_json(
         &["--output-cap", "1K"],
-        &[
-            "python3",
-            "-c",
-            "import sys; sys.stdout.write('o' * 5000); sys.stderr.write('e' * 10)",
-        ],
+        &["python3", "-c", "import sys; sys.stdout.write('o' * 5000); sys.stderr.write('e' * 10)"],
     );
     saw(
         "python",
@@ -586,58 +514,25 @@ fn python_without_image() {
         ),
     );
 
-    assert!(
-        plain.ok() && plain.stdout == "4\n",
-        "plain run: expected \"4\\n\"\n{plain}"
-    );
+    assert!(plain.ok() && plain.stdout == "4\n", "plain run: expected \"4\\n\"\n{plain}");
     assert_eq!(v["exit_code"], 0, "{o}");
-    assert!(
-        v["signal"].is_null() && v["timed_out"] == false && v["oom_killed"] == false,
-        "{o}"
-    );
+    assert!(v["signal"].is_null() && v["timed_out"] == false && v["oom_killed"] == false, "{o}");
     assert_eq!(text(&v, "stdout"), "4\n", "{o}");
     assert_eq!(text(&v, "stderr"), "", "{o}");
-    assert!(
-        v["stdout"]["truncated"] == false && v["stderr"]["truncated"] == false,
-        "{o}"
-    );
+    assert!(v["stdout"]["truncated"] == false && v["stderr"]["truncated"] == false, "{o}");
     let dur = v["duration_ms"].as_u64().unwrap();
-    assert!(
-        dur > 0 && dur <= wall,
-        "duration_ms {dur} must be in (0, wall time {wall}]\n{o}"
-    );
+    assert!(dur > 0 && dur <= wall, "duration_ms {dur} must be in (0, wall time {wall}]\n{o}");
     let cpu = v["cpu_ms"].as_u64().unwrap();
-    assert!(
-        cpu <= dur + 50,
-        "cpu_ms {cpu} > duration_ms {dur} at half a core\n{o}"
-    );
+    assert!(cpu <= dur + 50, "cpu_ms {cpu} > duration_ms {dur} at half a core\n{o}");
     let peak = v["peak_memory_bytes"].as_u64().unwrap();
-    assert!(
-        peak > 0 && peak <= 256 << 20,
-        "peak_memory_bytes {peak} outside (0, 256 MiB]\n{o}"
-    );
+    assert!(peak > 0 && peak <= 256 << 20, "peak_memory_bytes {peak} outside (0, 256 MiB]\n{o}");
 
-    assert_eq!(
-        status.code(),
-        Some(3),
-        "exit status must pass through\n{status}"
-    );
-    assert_eq!(
-        (status.stdout.as_str(), status.stderr.as_str()),
-        ("out\n", "err\n"),
-        "{status}"
-    );
+    assert_eq!(status.code(), Some(3), "exit status must pass through\n{status}");
+    assert_eq!((status.stdout.as_str(), status.stderr.as_str()), ("out\n", "err\n"), "{status}");
 
-    assert_eq!(
-        text(&cap, "stdout"),
-        "o".repeat(1024),
-        "--output-cap 1K keeps exactly 1024 bytes"
-    );
+    assert_eq!(text(&cap, "stdout"), "o".repeat(1024), "--output-cap 1K keeps exactly 1024 bytes");
     assert_eq!(cap["stdout"]["truncated"], true);
-    assert_eq!(
-        (text(&cap, "stderr").as_str(), &cap["stderr"]["truncated"]),
-        ("eeeeeeeeee", &Value::Bool(false))
-    );
+    assert_eq!((text(&cap, "stderr").as_str(), &cap["stderr"]["truncated"]), ("eeeeeeeeee", &Value::Bool(false)));
     sb.assert_clean("python runs");
 }
 
@@ -666,16 +561,9 @@ fn fork_bomb_stops_at_pids_cap() {
             for d in sandbox_cgroups(&id) {
                 if let Ok(c) = fs::read_to_string(d.join("pids.current")) {
                     max_current = max_current.max(c.trim().parse().unwrap_or(0));
-                    pids_max = fs::read_to_string(d.join("pids.max"))
-                        .unwrap_or_default()
-                        .trim()
-                        .to_string();
+                    pids_max = fs::read_to_string(d.join("pids.max")).unwrap_or_default().trim().to_string();
                     let ev = fs::read_to_string(d.join("pids.events")).unwrap_or_default();
-                    let n = ev
-                        .split_whitespace()
-                        .nth(1)
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(0);
+                    let n = ev.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0);
                     max_events = max_events.max(n);
                 }
             }
@@ -686,9 +574,7 @@ fn fork_bomb_stops_at_pids_cap() {
     let wall = start.elapsed();
     // And after: the host still forks.
     let t = Instant::now();
-    let after_ok = Command::new("/bin/true")
-        .status()
-        .is_ok_and(|s| s.success());
+    let after_ok = Command::new("/bin/true").status().is_ok_and(|s| s.success());
     let after_ms = t.elapsed().as_secs_f64() * 1000.0;
     host_ms.sort_by(|a, b| a.total_cmp(b));
     let med = host_ms.get(host_ms.len() / 2).copied().unwrap_or(f64::NAN);
@@ -712,35 +598,20 @@ fn fork_bomb_stops_at_pids_cap() {
     let v = v.unwrap_or_else(|| panic!("sandbox run failed\n{o}"));
     assert_eq!(pids_max, "32", "pids.max of the box");
     assert!(max_current <= 32, "pids.current reached {max_current} > 32");
-    assert!(
-        max_current >= 16,
-        "the bomb never got near the cap (highest pids.current {max_current}): not a bomb?"
-    );
-    assert!(
-        max_events > 0 || fork_failed,
-        "no sign of a refused fork (pids.events max=0, stderr {err:?})"
-    );
+    assert!(max_current >= 16, "the bomb never got near the cap (highest pids.current {max_current}): not a bomb?");
+    assert!(max_events > 0 || fork_failed, "no sign of a refused fork (pids.events max=0, stderr {err:?})");
     assert!(
         fork_failed || v["timed_out"] == true || !v["signal"].is_null(),
         "result shows neither fork failure nor kill: {v}"
     );
-    assert_eq!(
-        v["timed_out"], true,
-        "bash as pid 1 sleeps 100 s: expected the 5 s timeout to kill it: {v}"
-    );
-    assert!(
-        wall < Duration::from_secs(15),
-        "the bomb ran {wall:?}, past its 5 s timeout"
-    );
+    assert_eq!(v["timed_out"], true, "bash as pid 1 sleeps 100 s: expected the 5 s timeout to kill it: {v}");
+    assert!(wall < Duration::from_secs(15), "the bomb ran {wall:?}, past its 5 s timeout");
     assert!(
         host_ms.len() >= 5 && host_fail == 0,
         "host could not fork reliably: {} ok, {host_fail} failed",
         host_ms.len()
     );
-    assert!(
-        max < 1000.0 && med < 100.0,
-        "host sluggish during the bomb: median {med:.1} ms, max {max:.1} ms"
-    );
+    assert!(max < 1000.0 && med < 100.0, "host sluggish during the bomb: median {med:.1} ms, max {max:.1} ms");
     assert!(after_ok, "host cannot fork after the bomb");
     sb.assert_clean("the fork bomb");
 }
@@ -757,19 +628,10 @@ fn memory_bomb_is_oom_killed() {
     let sb = Sbx::new("sbx_oom");
     let bomb = "a = []\nwhile True:\n    a.append(b'x' * (1 << 20))";
     let t0 = Instant::now();
-    let (v, o) = sb.run_json(
-        &["--memory", "64M", "--timeout", "30s"],
-        &["python3", "-c", bomb],
-    );
+    let (v, o) = sb.run_json(&["--memory", "64M", "--timeout", "30s"], &["python3", "-c", bomb]);
     let wall = t0.elapsed();
-    let (ok, _) = sb.run_json(
-        &["--memory", "64M"],
-        &[
-            "python3",
-            "-c",
-            "a = [b'x' * (1 << 20) for _ in range(16)]; print(len(a))",
-        ],
-    );
+    let (ok, _) = sb
+        .run_json(&["--memory", "64M"], &["python3", "-c", "a = [b'x' * (1 << 20) for _ in range(16)]; print(len(a))"]);
     saw(
         "memory-bomb",
         format!(
@@ -780,10 +642,7 @@ fn memory_bomb_is_oom_killed() {
             text(&ok, "stdout")
         ),
     );
-    assert_eq!(
-        v["oom_killed"], true,
-        "memory bomb not reported as oom_killed\n{o}"
-    );
+    assert_eq!(v["oom_killed"], true, "memory bomb not reported as oom_killed\n{o}");
     assert_eq!(v["signal"], "SIGKILL", "{o}");
     assert_eq!(v["timed_out"], false, "{o}");
     let peak = v["peak_memory_bytes"].as_u64().unwrap();
@@ -792,14 +651,8 @@ fn memory_bomb_is_oom_killed() {
         "peak_memory_bytes {peak} not near the 64 MiB limit\n{o}"
     );
     assert!(wall < Duration::from_secs(20), "the OOM kill took {wall:?}");
-    assert_eq!(
-        ok["oom_killed"], false,
-        "a program under its limit reported as oom_killed: {ok}"
-    );
-    assert_eq!(
-        (ok["exit_code"].as_i64(), text(&ok, "stdout").as_str()),
-        (Some(0), "16\n")
-    );
+    assert_eq!(ok["oom_killed"], false, "a program under its limit reported as oom_killed: {ok}");
+    assert_eq!((ok["exit_code"].as_i64(), text(&ok, "stdout").as_str()), (Some(0), "16\n"));
     sb.assert_clean("the memory bomb");
 }
 
@@ -814,10 +667,7 @@ fn busy_loop_killed_at_timeout() {
     let (v, o) = sb.run_json(&["--timeout", "1s"], &["python3", "-c", "while True: pass"]);
     let wall = t0.elapsed();
     let tree = "import os\nif os.fork() == 0:\n    os.setsid()\n    os.fork()\nwhile True: pass";
-    let (t, _) = sb.run_json(
-        &["--timeout", "1s", "--cpus", "1"],
-        &["python3", "-c", tree],
-    );
+    let (t, _) = sb.run_json(&["--timeout", "1s", "--cpus", "1"], &["python3", "-c", tree]);
     let (quick, _) = sb.run_json(&["--timeout", "1s"], &["true"]);
     saw(
         "timeout",
@@ -834,17 +684,11 @@ fn busy_loop_killed_at_timeout() {
     assert_eq!(v["signal"], "SIGKILL", "{o}");
     assert!(v["exit_code"].is_null() && v["oom_killed"] == false, "{o}");
     let dur = v["duration_ms"].as_u64().unwrap();
-    assert!(
-        (1000..2000).contains(&dur),
-        "duration_ms {dur} not ~1000\n{o}"
-    );
+    assert!((1000..2000).contains(&dur), "duration_ms {dur} not ~1000\n{o}");
     assert!(wall < Duration::from_secs(4), "invocation took {wall:?}");
     let cpu = v["cpu_ms"].as_u64().unwrap();
     assert!(cpu >= 100, "cpu_ms {cpu}: the loop hardly ran\n{o}");
-    assert!(
-        cpu <= dur / 2 + 150,
-        "cpu_ms {cpu} over half a core for {dur} ms (--cpus default 0.5)\n{o}"
-    );
+    assert!(cpu <= dur / 2 + 150, "cpu_ms {cpu} over half a core for {dur} ms (--cpus default 0.5)\n{o}");
     assert_eq!(t["timed_out"], true, "{t}");
     assert_eq!(quick["timed_out"], false, "{quick}");
     assert_eq!(quick["exit_code"], 0, "{quick}");
@@ -915,30 +759,17 @@ except OSError as e:
                 .join("; ")
         ),
     );
-    assert!(
-        host_ok,
-        "control: the host cannot connect to its own listener"
-    );
+    assert!(host_ok, "control: the host cannot connect to its own listener");
     for (net, r, _, o) in &seen {
         for k in ["host_loopback", "metadata"] {
             let got = r.get(k).map(String::as_str);
-            assert!(
-                got.is_some() && got != Some("connected"),
-                "--network {net}: {k} = {got:?}\n{o}"
-            );
+            assert!(got.is_some() && got != Some("connected"), "--network {net}: {k} = {got:?}\n{o}");
         }
         if *net == "loopback" {
-            assert_eq!(
-                r.get("inner_loopback").map(String::as_str),
-                Some("ok"),
-                "control: loopback inside\n{o}"
-            );
+            assert_eq!(r.get("inner_loopback").map(String::as_str), Some("ok"), "control: loopback inside\n{o}");
         }
     }
-    assert_eq!(
-        accepted, "no connection",
-        "the host's listener was reached from inside"
-    );
+    assert_eq!(accepted, "no connection", "the host's listener was reached from inside");
     sb.assert_clean("the network runs");
 }
 
@@ -1054,26 +885,19 @@ print("work_2m=" + fill("/work/big", 2 << 20))
 /// uid_map lines `inside outside count`: the host id of `inside`, if mapped.
 fn host_id(map: &str, inside: u64) -> Option<u64> {
     map.lines().find_map(|l| {
-        let f: Vec<u64> = l
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
+        let f: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
         (f.len() == 3 && (f[0]..f[0] + f[2]).contains(&inside)).then(|| f[1] + inside - f[0])
     })
 }
 
 fn maps_host_root(map: &str) -> bool {
     map.lines().any(|l| {
-        let f: Vec<u64> = l
-            .split_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
+        let f: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
         f.len() == 3 && f[1] == 0
     })
 }
 
-const IDENTITY: &str =
-    "echo uid=$(id -u); echo gid=$(id -g); echo '--uid_map'; cat /proc/self/uid_map; \
+const IDENTITY: &str = "echo uid=$(id -u); echo gid=$(id -g); echo '--uid_map'; cat /proc/self/uid_map; \
      echo '--gid_map'; cat /proc/self/gid_map; echo '--status'; \
      grep -E '^(Uid|Gid|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status";
 
@@ -1111,35 +935,16 @@ fn identity(out: &str) -> Identity {
 
 #[track_caller]
 fn check_identity(what: &str, id: &Identity) {
-    assert_eq!(
-        (id.uid.as_str(), id.gid.as_str()),
-        ("1000", "1000"),
-        "{what}: uid/gid inside"
-    );
+    assert_eq!((id.uid.as_str(), id.gid.as_str()), ("1000", "1000"), "{what}: uid/gid inside");
     for (kind, map) in [("uid", &id.uid_map), ("gid", &id.gid_map)] {
         let h = host_id(map, 1000);
-        assert!(
-            h.is_some_and(|h| h != 0),
-            "{what}: {kind} 1000 maps to host {h:?}: {map}"
-        );
-        assert!(
-            !maps_host_root(map),
-            "{what}: {kind}_map maps host 0: {map}"
-        );
+        assert!(h.is_some_and(|h| h != 0), "{what}: {kind} 1000 maps to host {h:?}: {map}");
+        assert!(!maps_host_root(map), "{what}: {kind}_map maps host 0: {map}");
     }
     for k in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
-        assert_eq!(
-            status_field(&id.status, k).as_deref(),
-            Some("0000000000000000"),
-            "{what}: {k}\n{}",
-            id.status
-        );
+        assert_eq!(status_field(&id.status, k).as_deref(), Some("0000000000000000"), "{what}: {k}\n{}", id.status);
     }
-    assert_eq!(
-        status_field(&id.status, "NoNewPrivs").as_deref(),
-        Some("1"),
-        "{what}: NoNewPrivs"
-    );
+    assert_eq!(status_field(&id.status, "NoNewPrivs").as_deref(), Some("1"), "{what}: NoNewPrivs");
 }
 
 fn describe_identity(id: &Identity) -> String {
@@ -1168,12 +973,7 @@ fn not_root_on_host() {
     let id = sb.launch(&[]);
     let e = sb.raw(&["exec", &id, "--", "sh", "-c", IDENTITY]);
     let ex = identity(&e.stdout);
-    let pid = sb
-        .list()
-        .into_iter()
-        .find(|(i, _, _)| *i == id)
-        .map(|(_, _, p)| p)
-        .unwrap_or(0);
+    let pid = sb.list().into_iter().find(|(i, _, _)| *i == id).map(|(_, _, p)| p).unwrap_or(0);
     let host_status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let host_uid = status_field(&host_status, "Uid").unwrap_or_default();
     let host_caps = status_field(&host_status, "CapEff").unwrap_or_default();
@@ -1191,18 +991,9 @@ fn not_root_on_host() {
     assert!(e.ok(), "{e}");
     check_identity("sandbox exec", &ex);
     assert!(pid > 1, "no pid for {id} in list");
-    let uids: Vec<u64> = host_uid
-        .split_whitespace()
-        .filter_map(|u| u.parse().ok())
-        .collect();
-    assert!(
-        uids.len() == 4 && uids.iter().all(|u| *u != 0),
-        "host view of the box's init: Uid {host_uid:?}"
-    );
-    assert_eq!(
-        host_caps, "0000000000000000",
-        "host view of the box's init: CapEff"
-    );
+    let uids: Vec<u64> = host_uid.split_whitespace().filter_map(|u| u.parse().ok()).collect();
+    assert!(uids.len() == 4 && uids.iter().all(|u| *u != 0), "host view of the box's init: Uid {host_uid:?}");
+    assert_eq!(host_caps, "0000000000000000", "host view of the box's init: CapEff");
     sb.assert_clean("identity");
 }
 
@@ -1217,14 +1008,7 @@ fn persistent_sandbox_lifecycle() {
     let id = sb.launch(&[]);
     let launch_ms = t0.elapsed().as_millis();
     let note = format!("persisted-{}", sb.rt.tag());
-    let w = sb.raw(&[
-        "exec",
-        &id,
-        "--",
-        "sh",
-        "-c",
-        &format!("echo {note} > /work/note; pwd"),
-    ]);
+    let w = sb.raw(&["exec", &id, "--", "sh", "-c", &format!("echo {note} > /work/note; pwd")]);
     let r = sb.raw(&["exec", &id, "--", "cat", "/work/note"]);
     let code = sb.raw(&["exec", &id, "--", "sh", "-c", "exit 7"]);
     let listed = sb.list();
@@ -1248,26 +1032,14 @@ fn persistent_sandbox_lifecycle() {
     );
     assert!(w.ok(), "{w}");
     assert_eq!(w.stdout.trim(), "/work", "exec cwd");
-    assert!(
-        r.ok() && r.stdout.trim() == note,
-        "the file did not persist between execs\n{r}"
-    );
+    assert!(r.ok() && r.stdout.trim() == note, "the file did not persist between execs\n{r}");
     assert_eq!(code.code(), Some(7), "exec exit status\n{code}");
     assert_eq!(listed.len(), 1, "list: {listed:?}");
-    assert_eq!(
-        (listed[0].0.as_str(), listed[0].1.as_str()),
-        (id.as_str(), "running")
-    );
-    assert!(
-        table.ok() && table.stdout.contains(&id),
-        "table list\n{table}"
-    );
+    assert_eq!((listed[0].0.as_str(), listed[0].1.as_str()), (id.as_str(), "running"));
+    assert!(table.ok() && table.stdout.contains(&id), "table list\n{table}");
     assert!(t.ok(), "{t}");
     assert!(after.is_empty(), "list after terminate: {after:?}");
-    assert!(
-        !again.ok() && again.code().is_some(),
-        "terminate of a gone sandbox must fail\n{again}"
-    );
+    assert!(!again.ok() && again.code().is_some(), "terminate of a gone sandbox must fail\n{again}");
     sb.assert_clean("terminate");
 }
 
@@ -1276,14 +1048,7 @@ fn pool_idle(sb: &Sbx) -> Vec<String> {
     sb.list()
         .into_iter()
         .filter(|(id, st, _)| id.starts_with("pool") && st == "running")
-        .filter(|(id, _, _)| {
-            !sb.rt
-                .root()
-                .join("sandbox")
-                .join(id)
-                .join("claimed")
-                .exists()
-        })
+        .filter(|(id, _, _)| !sb.rt.root().join("sandbox").join(id).join("claimed").exists())
         .map(|(id, _, _)| id)
         .collect()
 }
@@ -1291,11 +1056,7 @@ fn pool_idle(sb: &Sbx) -> Vec<String> {
 /// tinyrun processes of this test still running (a pool refill in a detached child).
 fn tinyrun_procs(sb: &Sbx) -> Vec<i32> {
     let bin = sb.rt.bin.to_string_lossy().into_owned();
-    sb.rt
-        .leftovers()
-        .into_iter()
-        .filter(|p| cmdline(*p).first() == Some(&bin))
-        .collect()
+    sb.rt.leftovers().into_iter().filter(|p| cmdline(*p).first() == Some(&bin)).collect()
 }
 
 /// pool fill 2 → run --pool gives the right output (in one of the pool's sandboxes, still
@@ -1314,11 +1075,7 @@ fn pool_fill_run_refill() {
     let t1 = Instant::now();
     let o = sb.run(
         &["--pool"],
-        &[
-            "sh",
-            "-c",
-            "echo pooled-$((6 * 7)); id -u; grep -E '^(CapEff|NoNewPrivs):' /proc/self/status",
-        ],
+        &["sh", "-c", "echo pooled-$((6 * 7)); id -u; grep -E '^(CapEff|NoNewPrivs):' /proc/self/status"],
     );
     let run_ms = t1.elapsed().as_millis();
     let t2 = Instant::now();
@@ -1336,9 +1093,7 @@ fn pool_fill_run_refill() {
     let refill_ms = t2.elapsed().as_millis();
     let used: Vec<&String> = before.iter().filter(|i| !after.contains(i)).collect();
     let (j, jo) = sb.run_json(&["--pool"], &["python3", "-c", "print(2 + 2)"]);
-    wait_for("the second refill", 10, || {
-        pool_idle(&sb).len() == 2 && tinyrun_procs(&sb).is_empty()
-    });
+    wait_for("the second refill", 10, || pool_idle(&sb).len() == 2 && tinyrun_procs(&sb).is_empty());
     let all: Vec<String> = sb.list().into_iter().map(|(i, _, _)| i).collect();
     let mut terminated = Vec::new();
     for id in &all {
@@ -1363,29 +1118,16 @@ fn pool_fill_run_refill() {
     assert!(o.ok(), "{o}");
     let lines: Vec<&str> = o.stdout.lines().collect();
     assert_eq!(lines.first().copied(), Some("pooled-42"), "{o}");
+    assert_eq!(lines.get(1).copied(), Some("1000"), "uid in a pooled run\n{o}");
+    assert!(o.stdout.contains("CapEff:\t0000000000000000") && o.stdout.contains("NoNewPrivs:\t1"), "{o}");
     assert_eq!(
-        lines.get(1).copied(),
-        Some("1000"),
-        "uid in a pooled run\n{o}"
+        used.len(),
+        1,
+        "run --pool should have used (and removed) exactly one pool sandbox: before {before:?} after {after:?}"
     );
-    assert!(
-        o.stdout.contains("CapEff:\t0000000000000000") && o.stdout.contains("NoNewPrivs:\t1"),
-        "{o}"
-    );
-    assert_eq!(used.len(), 1, "run --pool should have used (and removed) exactly one pool sandbox: before {before:?} after {after:?}");
-    assert!(
-        refilled,
-        "the pool did not get back to 2 idle within 10 s: {after:?}"
-    );
-    assert_eq!(
-        (j["exit_code"].as_i64(), text(&j, "stdout").as_str()),
-        (Some(0), "4\n"),
-        "{jo}"
-    );
-    assert!(
-        terminated.iter().all(|(_, c)| *c == Some(0)),
-        "terminate: {terminated:?}"
-    );
+    assert!(refilled, "the pool did not get back to 2 idle within 10 s: {after:?}");
+    assert_eq!((j["exit_code"].as_i64(), text(&j, "stdout").as_str()), (Some(0), "4\n"), "{jo}");
+    assert!(terminated.iter().all(|(_, c)| *c == Some(0)), "terminate: {terminated:?}");
     assert!(left.is_empty(), "list after terminating all: {left:?}");
     sb.assert_clean("terminating the pool");
 }
@@ -1404,10 +1146,7 @@ fn leak_check_runs(n: usize) {
     for i in 0..n {
         let (kind, o) = match i % 5 {
             0 => ("true", sb.run(&[], &["/bin/true"])),
-            1 => (
-                "json",
-                sb.run(&["--json"], &["sh", "-c", "echo out; echo err >&2"]),
-            ),
+            1 => ("json", sb.run(&["--json"], &["sh", "-c", "echo out; echo err >&2"])),
             2 => ("exit7", sb.run(&[], &["sh", "-c", "exit 7"])),
             3 => ("missing", sb.run(&[], &[missing.as_str()])),
             _ => ("timeout", sb.run(&["--timeout", "200ms"], &["sleep", "10"])),
@@ -1452,11 +1191,7 @@ fn leak_check_runs(n: usize) {
         ),
     );
     assert!(bad.is_empty(), "unexpected results:\n{}", bad.join("\n"));
-    assert!(
-        ids.len() >= n * 4 / 5,
-        "saw only {} sandbox ids for {n} runs: the watch is broken",
-        ids.len()
-    );
+    assert!(ids.len() >= n * 4 / 5, "saw only {} sandbox ids for {n} runs: the watch is broken", ids.len());
     assert!(left.is_empty(), "left behind after {n} runs: {left:#?}");
     assert!(new_mounts.is_empty(), "mounts left: {new_mounts:#?}");
     assert_eq!(fds1, fds0, "our fd count grew");
@@ -1466,10 +1201,7 @@ fn leak_check_runs(n: usize) {
 #[test]
 fn leak_check() {
     require_root!();
-    let n = std::env::var("TINYRUN_SANDBOX_RUNS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(150);
+    let n = std::env::var("TINYRUN_SANDBOX_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
     leak_check_runs(n);
 }
 
@@ -1490,23 +1222,13 @@ fn seccomp_allowlist_is_on() {
     require_root!();
     let _g = shared();
     let sb = Sbx::new("sbx_seccomp");
-    let o = sb.run(
-        &[],
-        &[
-            "sh",
-            "-c",
-            "grep -E '^Seccomp(_filters)?:' /proc/self/status",
-        ],
-    );
+    let o = sb.run(&[], &["sh", "-c", "grep -E '^Seccomp(_filters)?:' /proc/self/status"]);
     let py = sb.run(&[], &["python3", "-c", "print(2 + 2)"]);
     let on = sb.run(&[], &["python3", "-c", SYSCALLS]);
     let off = sb.run(&["--no-seccomp"], &["python3", "-c", SYSCALLS]);
     let (on_kv, off_kv) = (on.kv(), off.kv());
     let show = |m: &std::collections::BTreeMap<String, String>| {
-        m.iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+        m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
     };
     saw(
         "seccomp",
@@ -1520,19 +1242,9 @@ fn seccomp_allowlist_is_on() {
             show(&off_kv),
         ),
     );
-    assert!(
-        o.ok(),
-        "sandbox run with the default seccomp profile failed\n{o}"
-    );
-    assert_eq!(
-        status_field(&o.stdout, "Seccomp").as_deref(),
-        Some("2"),
-        "{o}"
-    );
-    assert!(
-        py.ok() && py.stdout == "4\n",
-        "python under the allowlist\n{py}"
-    );
+    assert!(o.ok(), "sandbox run with the default seccomp profile failed\n{o}");
+    assert_eq!(status_field(&o.stdout, "Seccomp").as_deref(), Some("2"), "{o}");
+    assert!(py.ok() && py.stdout == "4\n", "python under the allowlist\n{py}");
     assert!(on.ok(), "{on}");
     for k in [
         "unshare_user",
@@ -1544,24 +1256,12 @@ fn seccomp_allowlist_is_on() {
         "af_netlink",
         "af_packet",
     ] {
-        assert_eq!(
-            on_kv.get(k).map(String::as_str),
-            Some("EPERM"),
-            "{k} under the allowlist\n{on}"
-        );
+        assert_eq!(on_kv.get(k).map(String::as_str), Some("EPERM"), "{k} under the allowlist\n{on}");
     }
-    assert_eq!(
-        on_kv.get("clone3").map(String::as_str),
-        Some("ENOSYS"),
-        "clone3\n{on}"
-    );
+    assert_eq!(on_kv.get("clone3").map(String::as_str), Some("ENOSYS"), "clone3\n{on}");
     assert!(off.ok(), "{off}");
     for k in ["unshare_user", "ptrace_traceme", "io_uring_setup"] {
-        assert_eq!(
-            off_kv.get(k).map(String::as_str),
-            Some("ok"),
-            "control: {k} without the filter\n{off}"
-        );
+        assert_eq!(off_kv.get(k).map(String::as_str), Some("ok"), "control: {k} without the filter\n{off}");
     }
     sb.assert_clean("seccomp runs");
 }
@@ -1592,12 +1292,8 @@ for name, fam, typ in (("af_packet", socket.AF_PACKET, socket.SOCK_RAW), ("af_ne
 
 /// Processes in the cgroups of this test's sandboxes.
 fn box_procs(sb: &Sbx) -> Vec<i32> {
-    let set: BTreeSet<i32> = sb
-        .ids()
-        .iter()
-        .flat_map(|id| sandbox_cgroups(id))
-        .flat_map(|d| cgroup_procs(&d))
-        .collect();
+    let set: BTreeSet<i32> =
+        sb.ids().iter().flat_map(|id| sandbox_cgroups(id)).flat_map(|d| cgroup_procs(&d)).collect();
     set.into_iter().collect()
 }
 
@@ -1629,27 +1325,18 @@ fn concurrent_use_does_not_block() {
 
     // A long one-shot run (bounded: 5 s) in the background.
     let bg = sb.spawn_run(&["--timeout", "5s"], &["sleep", "1000"]);
-    wait_for("the one-shot box to run sleep 1000", 10, || {
-        box_runs(&sb, &["sleep", "1000"])
-    });
+    wait_for("the one-shot box to run sleep 1000", 10, || box_runs(&sb, &["sleep", "1000"]));
     let (l, l_t) = timed(|| sb.raw(&["list", "--format", "json"]));
     let listed: Vec<(String, String)> = serde_json::from_str::<Value>(l.stdout.trim())
         .ok()
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default()
         .iter()
-        .map(|s| {
-            (
-                s["id"].as_str().unwrap_or("").to_string(),
-                s["status"].as_str().unwrap_or("").to_string(),
-            )
-        })
+        .map(|s| (s["id"].as_str().unwrap_or("").to_string(), s["status"].as_str().unwrap_or("").to_string()))
         .collect();
     let bg_out = bg.wait();
     let bg2 = sb.spawn_run(&["--timeout", "5s"], &["sleep", "1000"]);
-    wait_for("the second one-shot box to run sleep 1000", 10, || {
-        box_runs(&sb, &["sleep", "1000"])
-    });
+    wait_for("the second one-shot box to run sleep 1000", 10, || box_runs(&sb, &["sleep", "1000"]));
     let (p, p_t) = timed(|| sb.run(&["--pool"], &["echo", "pooled"]));
     drop(bg2.wait());
 
@@ -1657,15 +1344,11 @@ fn concurrent_use_does_not_block() {
     // exec and terminate.
     let id = sb.launch(&[]);
     let long = sb.rt.spawn(&["sandbox", "exec", &id, "--", "sleep", "4"]);
-    wait_for("the long exec to run", 10, || {
-        box_runs(&sb, &["sleep", "4"])
-    });
+    wait_for("the long exec to run", 10, || box_runs(&sb, &["sleep", "4"]));
     let (e, e_t) = timed(|| sb.raw(&["exec", &id, "--", "echo", "second"]));
     let long_out = long.wait();
     let long2 = sb.rt.spawn(&["sandbox", "exec", &id, "--", "sleep", "4"]);
-    wait_for("the second long exec to run", 10, || {
-        box_runs(&sb, &["sleep", "4"])
-    });
+    wait_for("the second long exec to run", 10, || box_runs(&sb, &["sleep", "4"]));
     let (t, t_t) = timed(|| sb.raw(&["terminate", &id]));
     let long2_out = long2.wait();
     saw(
@@ -1688,28 +1371,17 @@ fn concurrent_use_does_not_block() {
         ),
     );
     assert!(l.ok(), "{l}");
+    assert!(l_t < quick, "sandbox list waited {l_t:?} for a running sandbox");
     assert!(
-        l_t < quick,
-        "sandbox list waited {l_t:?} for a running sandbox"
-    );
-    assert!(
-        listed
-            .iter()
-            .any(|(i, st)| i.starts_with("run-") && st == "running"),
+        listed.iter().any(|(i, st)| i.starts_with("run-") && st == "running"),
         "list does not show the one-shot sandbox as running: {listed:?}"
     );
     assert!(p.ok() && p.stdout == "pooled\n", "{p}");
-    assert!(
-        p_t < quick,
-        "run --pool waited {p_t:?} for an unrelated sandbox"
-    );
+    assert!(p_t < quick, "run --pool waited {p_t:?} for an unrelated sandbox");
     assert!(e.ok() && e.stdout == "second\n", "{e}");
     assert!(e_t < quick, "a second exec waited {e_t:?} for the first");
     assert!(t.ok(), "{t}");
-    assert!(
-        t_t < Duration::from_secs(3),
-        "terminate waited {t_t:?} for a running exec"
-    );
+    assert!(t_t < Duration::from_secs(3), "terminate waited {t_t:?} for a running exec");
     for id in names_in(&sb.rt.root().join("sandbox")) {
         sb.quiet(&["sandbox", "terminate", &id]);
     }
@@ -1725,16 +1397,11 @@ fn supervisor_killed() {
     let _g = shared();
     let sb = Sbx::new("sbx_supervisor");
     let mut seen = Vec::new();
-    for (sig, timeout) in [
-        (nix::sys::signal::SIGTERM, "30s"),
-        (nix::sys::signal::SIGKILL, "2s"),
-    ] {
+    for (sig, timeout) in [(nix::sys::signal::SIGTERM, "30s"), (nix::sys::signal::SIGKILL, "2s")] {
         let r = sb.spawn_run(&["--timeout", timeout], &["sleep", "1000"]);
         let t0 = Instant::now();
         // Not `sandbox list`: it blocks while a run is in progress (see concurrent_use).
-        wait_for("the box to run sleep 1000", 10, || {
-            box_runs(&sb, &["sleep", "1000"])
-        });
+        wait_for("the box to run sleep 1000", 10, || box_runs(&sb, &["sleep", "1000"]));
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.child.id() as i32), sig);
         let o = r.wait();
         // SIGTERM: give it 3 s to clean up; SIGKILL: the 2 s limit, plus 3 s.
@@ -1746,9 +1413,7 @@ fn supervisor_killed() {
         let mut box_procs = Vec::new();
         while Instant::now() < until {
             box_procs = self::box_procs(&sb);
-            if box_procs.is_empty()
-                && (sig == nix::sys::signal::SIGKILL || sb.leftovers().is_empty())
-            {
+            if box_procs.is_empty() && (sig == nix::sys::signal::SIGKILL || sb.leftovers().is_empty()) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -1778,10 +1443,7 @@ fn supervisor_killed() {
         "SIGTERM to the supervisor left the box behind: processes {procs:?}, {left:#?}"
     );
     let (_, _, _, procs, _) = &seen[1];
-    assert!(
-        procs.is_empty(),
-        "after SIGKILL of the supervisor the box outlived its 2 s timeout: processes {procs:?}"
-    );
+    assert!(procs.is_empty(), "after SIGKILL of the supervisor the box outlived its 2 s timeout: processes {procs:?}");
 }
 
 /// `tinyrun --root $(mktemp -d) sandbox run -- /bin/true`: the box's root (host uid 100000)
@@ -1792,28 +1454,13 @@ fn root_in_private_dir() {
     require_root!();
     let _g = shared();
     let sb = Sbx::with_root_mode("sbx_privroot", false);
-    let mode = fs::metadata(sb.rt.work())
-        .map(|m| m.permissions().mode() & 0o777)
-        .unwrap_or(0);
+    let mode = fs::metadata(sb.rt.work()).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
     let o = sb.run(&[], &["/bin/true"]);
-    saw(
-        "private-root",
-        format!(
-            "--root under a {mode:o} temp dir: exit {:?} stderr {:?}",
-            o.code(),
-            o.stderr.trim()
-        ),
-    );
+    saw("private-root", format!("--root under a {mode:o} temp dir: exit {:?} stderr {:?}", o.code(), o.stderr.trim()));
     // The box runs as an unprivileged host uid, which can't walk into a
     // private directory: a clear error naming the directory, and nothing left.
-    assert!(
-        !o.ok(),
-        "sandbox run with --root under a 0{mode:o} dir should be refused\n{o}"
-    );
-    assert!(
-        o.stderr.contains("not reachable") && o.stderr.contains("o+x"),
-        "{o}"
-    );
+    assert!(!o.ok(), "sandbox run with --root under a 0{mode:o} dir should be refused\n{o}");
+    assert!(o.stderr.contains("not reachable") && o.stderr.contains("o+x"), "{o}");
     sb.assert_clean("the refused run");
 }
 
@@ -1827,11 +1474,7 @@ fn rootfs_option() {
     let sb = Sbx::new("sbx_rootfs");
     let rootfs = sb.rt.tempdir().join("rootfs");
     let mk = tinyrun_conformance::workspace_root().join("bundles/mkrootfs");
-    let st = Command::new(&mk)
-        .arg(&rootfs)
-        .stdout(Stdio::null())
-        .status()
-        .expect("mkrootfs");
+    let st = Command::new(&mk).arg(&rootfs).stdout(Stdio::null()).status().expect("mkrootfs");
     assert!(st.success(), "mkrootfs failed: {st}");
     for d in [rootfs.parent().unwrap(), rootfs.as_path()] {
         fs::set_permissions(d, fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -1853,20 +1496,9 @@ fn rootfs_option() {
             with_work.kv().get("uid"),
         ),
     );
-    assert!(
-        with_work.ok(),
-        "control: --rootfs with /work present\n{with_work}"
-    );
-    assert_eq!(
-        with_work.kv().get("uid").map(String::as_str),
-        Some("1000"),
-        "{with_work}"
-    );
+    assert!(with_work.ok(), "control: --rootfs with /work present\n{with_work}");
+    assert_eq!(with_work.kv().get("uid").map(String::as_str), Some("1000"), "{with_work}");
     assert!(bare.ok(), "--rootfs DIR without DIR/work\n{bare}");
-    assert_eq!(
-        bare.kv().get("uid").map(String::as_str),
-        Some("1000"),
-        "{bare}"
-    );
+    assert_eq!(bare.kv().get("uid").map(String::as_str), Some("1000"), "{bare}");
     sb.assert_clean("the --rootfs runs");
 }

@@ -90,21 +90,14 @@ fn without_a_profile_mkdir_fails_erofs() {
 fn errno_rule_blocks_mkdir() {
     require_root!();
     let rt = Runtime::new("scerrno");
-    let b = rt.bundle(&[
-        "/bin/sh",
-        "-c",
-        "mkdir /tmp/x; grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status",
-    ]);
+    let b = rt.bundle(&["/bin/sh", "-c", "mkdir /tmp/x; grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status"]);
     set_seccomp(
         &b,
         json!({"defaultAction": "SCMP_ACT_ALLOW",
         "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}),
     );
     let o = rt.run_bundle(&b);
-    assert!(
-        o.stderr.contains(EPERM_MSG),
-        "SCMP_ACT_ERRNO defaults to EPERM\n{o}"
-    );
+    assert!(o.stderr.contains(EPERM_MSG), "SCMP_ACT_ERRNO defaults to EPERM\n{o}");
     assert!(o.stdout.contains("Seccomp:\t2"), "filter mode\n{o}");
     rt.assert_nothing_left(&b.id);
 
@@ -134,19 +127,10 @@ fn argument_conditions_are_anded() {
             {"index": 0, "value": 1, "op": "SCMP_CMP_EQ"},
             {"index": 1, "value": 255, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]}]}),
     );
-    let o = rt
-        .run_bundle(&b)
-        .expect_ok("the script ends with a kill that passes");
+    let o = rt.run_bundle(&b).expect_ok("the script ends with a kill that passes");
     let kv = o.kv();
-    assert_eq!(
-        (kv["a"].as_str(), kv["b"].as_str(), kv["c"].as_str()),
-        ("1", "0", "0"),
-        "{o}"
-    );
-    assert!(
-        o.stderr.contains(EXDEV_MSG),
-        "kill -0 1 refused with the rule's errno\n{o}"
-    );
+    assert_eq!((kv["a"].as_str(), kv["b"].as_str(), kv["c"].as_str()), ("1", "0", "0"), "{o}");
+    assert!(o.stderr.contains(EXDEV_MSG), "kill -0 1 refused with the rule's errno\n{o}");
     rt.assert_nothing_left(&b.id);
 }
 
@@ -166,10 +150,7 @@ fn default_deny_allowlist_with_default_errno_ret() {
             "syscalls": [{"names": allowlist(), "action": "SCMP_ACT_ALLOW"}]}),
         );
         let o = rt.run_bundle(&b);
-        assert!(
-            o.stdout.contains("hello"),
-            "the allowed program ran (noNewPrivileges={nnp})\n{o}"
-        );
+        assert!(o.stdout.contains("hello"), "the allowed program ran (noNewPrivileges={nnp})\n{o}");
         assert_mkdir_failed_with(&o, EXDEV_MSG);
         rt.assert_nothing_left(&b.id);
     }
@@ -194,17 +175,9 @@ fn no_new_privs_false_loads_before_the_capability_drop() {
     );
     let o = rt.run_bundle(&b);
     let kv = o.kv();
-    assert_eq!(
-        kv.get("Seccomp").map(String::as_str),
-        Some("2"),
-        "filter installed\n{o}"
-    );
+    assert_eq!(kv.get("Seccomp").map(String::as_str), Some("2"), "filter installed\n{o}");
     assert_eq!(kv.get("NoNewPrivs").map(String::as_str), Some("0"), "{o}");
-    assert_eq!(
-        kv.get("CapEff").map(String::as_str),
-        Some("0000000000000000"),
-        "{o}"
-    );
+    assert_eq!(kv.get("CapEff").map(String::as_str), Some("0000000000000000"), "{o}");
     assert_eq!(kv.get("uid").map(String::as_str), Some("1000"), "{o}");
     assert_mkdir_failed_with(&o, EPERM_MSG);
     rt.assert_nothing_left(&b.id);
@@ -276,11 +249,7 @@ fn unknown_flag_is_refused_by_name() {
         eprintln!("runc: not checking the flag's name in the error, nor that known flags work");
         return;
     }
-    assert!(
-        o.stderr.contains("linux.seccomp.flags[1]")
-            && o.stderr.contains("SECCOMP_FILTER_FLAG_BOGUS"),
-        "{o}"
-    );
+    assert!(o.stderr.contains("linux.seccomp.flags[1]") && o.stderr.contains("SECCOMP_FILTER_FLAG_BOGUS"), "{o}");
 
     // Known flags work.
     let b = mkdir_bundle(&rt);
@@ -309,11 +278,7 @@ fn agent(path: &Path, conns: usize) -> JoinHandle<Result<AgentReport, String>> {
     listener.set_nonblocking(true).expect("nonblocking");
     std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let mut report = AgentReport {
-            states: Vec::new(),
-            fds: Vec::new(),
-            notifications: 0,
-        };
+        let mut report = AgentReport { states: Vec::new(), fds: Vec::new(), notifications: 0 };
         let mut last = None;
         for _ in 0..conns {
             let (state, fds) = receive(&listener, deadline)?;
@@ -344,13 +309,8 @@ fn receive(listener: &UnixListener, deadline: Instant) -> Result<(Value, Vec<Own
     let mut space = nix::cmsg_space!([RawFd; 4]);
     let (mut n, fds) = {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg = recvmsg::<()>(
-            conn.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|e| format!("recvmsg: {e}"))?;
+        let msg = recvmsg::<()>(conn.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+            .map_err(|e| format!("recvmsg: {e}"))?;
         let mut fds: Vec<RawFd> = Vec::new();
         for c in msg.cmsgs().map_err(|e| e.to_string())? {
             if let ControlMessageOwned::ScmRights(f) = c {
@@ -360,15 +320,11 @@ fn receive(listener: &UnixListener, deadline: Instant) -> Result<(Value, Vec<Own
         (msg.bytes, fds)
     };
     // SAFETY: these fds were just installed in this process by recvmsg; nothing else owns them.
-    let fds: Vec<OwnedFd> = fds
-        .into_iter()
-        .map(|f| unsafe { OwnedFd::from_raw_fd(f) })
-        .collect();
+    let fds: Vec<OwnedFd> = fds.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }).collect();
     // The state may come in several writes; read until it parses. (Don't wait for the
     // close: runc 1.1.5 keeps the connection open until it exits.)
     buf.truncate(n);
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
     let state: Value = loop {
         match serde_json::from_slice(&buf) {
             Ok(v) => break v,
@@ -388,20 +344,11 @@ fn receive(listener: &UnixListener, deadline: Instant) -> Result<(Value, Vec<Own
 
 /// Waits for one notification on `fd` and makes the syscall fail with EXDEV.
 fn answer_one(fd: &OwnedFd, deadline: Instant) -> Result<usize, String> {
-    let mut pfd = [libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    }];
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .as_millis() as i32;
+    let mut pfd = [libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32;
     // SAFETY: one valid pollfd for the duration of the call.
     if unsafe { libc::poll(pfd.as_mut_ptr(), 1, left) } != 1 || pfd[0].revents & libc::POLLIN == 0 {
-        return Err(format!(
-            "no notification arrived (revents {:#x})",
-            pfd[0].revents
-        ));
+        return Err(format!("no notification arrived (revents {:#x})", pfd[0].revents));
     }
     // SAFETY: the kernel requires a zeroed struct; it is plain old data.
     let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
@@ -409,12 +356,7 @@ fn answer_one(fd: &OwnedFd, deadline: Instant) -> Result<usize, String> {
     if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_RECV, &mut req) } != 0 {
         return Err(format!("NOTIF_RECV: {}", std::io::Error::last_os_error()));
     }
-    let mut resp = libc::seccomp_notif_resp {
-        id: req.id,
-        val: 0,
-        error: -libc::EXDEV,
-        flags: 0,
-    };
+    let mut resp = libc::seccomp_notif_resp { id: req.id, val: 0, error: -libc::EXDEV, flags: 0 };
     // SAFETY: NOTIF_SEND reads `resp`, which lives across the call.
     if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut resp) } != 0 {
         return Err(format!("NOTIF_SEND: {}", std::io::Error::last_os_error()));
@@ -438,10 +380,7 @@ fn notify_hands_the_fd_and_state_to_the_agent() {
         "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_NOTIFY"}]}),
     );
     let o = rt.run_bundle(&b);
-    let report = handle
-        .join()
-        .expect("agent thread")
-        .unwrap_or_else(|e| panic!("agent: {e}\n{o}"));
+    let report = handle.join().expect("agent thread").unwrap_or_else(|e| panic!("agent: {e}\n{o}"));
     assert_mkdir_failed_with(&o, EXDEV_MSG);
     assert_eq!(report.fds, [1], "exactly one fd");
     assert_eq!(report.notifications, 1);
@@ -472,10 +411,7 @@ fn notify_without_an_agent_fails_create() {
         "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_NOTIFY"}]}),
     );
     let o = rt.create(&b).expect_err("no agent at listenerPath");
-    assert!(
-        o.stderr.contains("nobody-listens.sock"),
-        "the error names the socket\n{o}"
-    );
+    assert!(o.stderr.contains("nobody-listens.sock"), "the error names the socket\n{o}");
     rt.assert_nothing_left(&b.id);
 }
 
@@ -502,9 +438,7 @@ fn exec_gets_the_containers_profile() {
         let b = running_sleeper(&rt, profile, nnp);
         let o = rt.run(&["exec", &b.id, "/bin/mkdir", "/tmp/x"]);
         assert_mkdir_failed_with(&o, EXDEV_MSG);
-        let o = rt
-            .run(&["exec", &b.id, "/bin/probe", "caps"])
-            .expect_ok("exec probe caps");
+        let o = rt.run(&["exec", &b.id, "/bin/probe", "caps"]).expect_ok("exec probe caps");
         assert_eq!(o.kv()["Seccomp"], "2", "{o}");
         rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
         rt.assert_nothing_left(&b.id);
@@ -523,10 +457,7 @@ fn exec_notify_reaches_the_agent() {
         "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_NOTIFY"}]});
     let b = running_sleeper(&rt, profile, true);
     let o = rt.run(&["exec", &b.id, "/bin/mkdir", "/tmp/x"]);
-    let report = handle
-        .join()
-        .expect("agent thread")
-        .unwrap_or_else(|e| panic!("agent: {e}\n{o}"));
+    let report = handle.join().expect("agent thread").unwrap_or_else(|e| panic!("agent: {e}\n{o}"));
     assert_mkdir_failed_with(&o, EXDEV_MSG);
     assert_eq!(report.fds, [1, 1], "one fd per connection");
     assert_eq!(report.notifications, 1);
@@ -534,14 +465,8 @@ fn exec_notify_reaches_the_agent() {
     assert_eq!(init["state"]["status"], "creating", "{init}");
     assert_eq!(exec["state"]["status"], "running", "{exec}");
     assert_eq!(exec["state"]["id"], b.id.as_str(), "{exec}");
-    assert_eq!(
-        exec["state"]["pid"], init["pid"],
-        "the container's pid is init's: {exec}"
-    );
-    assert_ne!(
-        exec["pid"], init["pid"],
-        "the exec'd process is another: {exec}"
-    );
+    assert_eq!(exec["state"]["pid"], init["pid"], "the container's pid is init's: {exec}");
+    assert_ne!(exec["pid"], init["pid"], "the exec'd process is another: {exec}");
     rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
     rt.assert_nothing_left(&b.id);
 }

@@ -32,33 +32,21 @@ use tinyrun_conformance::{cgroup_dirs, cmdline, require_root, Runtime};
 const INVOCATION_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn containers_wanted() -> usize {
-    std::env::var("TINYRUN_SOAK_N")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200)
+    std::env::var("TINYRUN_SOAK_N").ok().and_then(|s| s.parse().ok()).unwrap_or(200)
 }
 
 fn fd_count() -> usize {
-    fs::read_dir("/proc/self/fd")
-        .expect("read /proc/self/fd")
-        .count()
+    fs::read_dir("/proc/self/fd").expect("read /proc/self/fd").count()
 }
 
 /// Waits for `child` with a deadline, through a pidfd (no polling loop, no extra thread).
-fn wait_bounded(
-    child: &mut std::process::Child,
-    timeout: Duration,
-) -> Option<std::process::ExitStatus> {
+fn wait_bounded(child: &mut std::process::Child, timeout: Duration) -> Option<std::process::ExitStatus> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is shared.
     let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
     if raw >= 0 {
         // SAFETY: `raw` is a fresh fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: one valid pollfd, and its count.
         let n = unsafe { libc::poll(&mut pfd, 1, ms) };
@@ -144,8 +132,7 @@ impl Stream {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let out = self.invoke(&["state", id])?;
-            let st: Value = serde_json::from_str(&out)
-                .map_err(|e| format!("state is not JSON ({e}): {out}"))?;
+            let st: Value = serde_json::from_str(&out).map_err(|e| format!("state is not JSON ({e}): {out}"))?;
             if st["status"] == "stopped" {
                 break;
             }
@@ -199,29 +186,18 @@ fn ids_left(root: &Path, prefix: &str) -> BTreeSet<String> {
     let mut ids = BTreeSet::new();
     let names = |dir: &Path| -> Vec<String> {
         fs::read_dir(dir)
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .collect()
-            })
+            .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
             .unwrap_or_default()
     };
     ids.extend(names(root));
     let mut hierarchies = vec![PathBuf::from("/sys/fs/cgroup")];
     hierarchies.extend(
         fs::read_dir("/sys/fs/cgroup")
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .map(|e| e.path())
-                    .collect::<Vec<_>>()
-            })
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect::<Vec<_>>())
             .unwrap_or_default(),
     );
     for h in hierarchies {
-        ids.extend(
-            names(&h.join("tinyrun-test"))
-                .into_iter()
-                .filter(|n| n.starts_with(prefix)),
-        );
+        ids.extend(names(&h.join("tinyrun-test")).into_iter().filter(|n| n.starts_with(prefix)));
     }
     ids
 }
@@ -251,11 +227,7 @@ fn mount_lines(needles: &[String]) -> Vec<String> {
 }
 
 fn tinyrun_mount_count() -> usize {
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("tinyrun"))
-        .count()
+    fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().filter(|l| l.contains("tinyrun")).count()
 }
 
 /// Holders of the recorded network namespaces: processes of this test (`ours`) in one of them,
@@ -266,22 +238,12 @@ fn netns_held(wanted: &BTreeSet<u64>, ours: &[i32], dirs: &[String]) -> Vec<Stri
     for pid in ours {
         if let Ok(m) = fs::metadata(format!("/proc/{pid}/ns/net")) {
             if wanted.contains(&m.ino()) {
-                held.push(format!(
-                    "pid {pid} ({:?}) in net:[{}]",
-                    cmdline(*pid),
-                    m.ino()
-                ));
+                held.push(format!("pid {pid} ({:?}) in net:[{}]", cmdline(*pid), m.ino()));
             }
         }
     }
-    for l in fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-    {
-        let nsfs = l
-            .split(" - ")
-            .nth(1)
-            .is_some_and(|t| t.starts_with("nsfs "));
+    for l in fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines() {
+        let nsfs = l.split(" - ").nth(1).is_some_and(|t| t.starts_with("nsfs "));
         if nsfs && dirs.iter().any(|d| l.contains(d.as_str())) {
             held.push(format!("nsfs mount: {l}"));
         }
@@ -297,11 +259,7 @@ fn nsfs_mount_count() -> usize {
     fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
-        .filter(|l| {
-            l.split(" - ")
-                .nth(1)
-                .is_some_and(|t| t.starts_with("nsfs "))
-        })
+        .filter(|l| l.split(" - ").nth(1).is_some_and(|t| t.starts_with("nsfs ")))
         .count()
 }
 
@@ -310,15 +268,10 @@ fn soak_two_streams_leave_nothing() {
     require_root!();
     let rt = Runtime::new("soak");
     let prefix = format!("ct-{}-", rt.tag());
-    let _adopt = Adopt {
-        rt: &rt,
-        prefix: prefix.clone(),
-    };
+    let _adopt = Adopt { rt: &rt, prefix: prefix.clone() };
     let total = containers_wanted().max(4);
     let bundles: Vec<_> = (0..2).map(|_| rt.bundle(&["/bin/true"])).collect();
-    let shared_rootfs = tinyrun_conformance::shared_rootfs()
-        .to_string_lossy()
-        .into_owned();
+    let shared_rootfs = tinyrun_conformance::shared_rootfs().to_string_lossy().into_owned();
 
     let fds_before = fd_count();
     let tinyrun_mounts_before = tinyrun_mount_count();
@@ -344,10 +297,7 @@ fn soak_two_streams_leave_nothing() {
                 s.spawn(move || stream.soak(k))
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("stream thread panicked"))
-            .collect()
+        handles.into_iter().map(|h| h.join().expect("stream thread panicked")).collect()
     });
     let elapsed = start.elapsed();
 
@@ -379,10 +329,7 @@ fn soak_two_streams_leave_nothing() {
         percentile(&all.cycle_ms, 0.9),
         percentile(&all.cycle_ms, 1.0),
     );
-    assert!(
-        errors.is_empty(),
-        "soak failed after {done} containers: {errors:#?}"
-    );
+    assert!(errors.is_empty(), "soak failed after {done} containers: {errors:#?}");
 
     // Nothing left: processes first (the harness waits up to 3 s for them to go).
     let mut procs = rt.leftovers();
@@ -391,10 +338,7 @@ fn soak_two_streams_leave_nothing() {
         std::thread::sleep(Duration::from_millis(50));
         procs = rt.leftovers();
     }
-    let procs: Vec<String> = procs
-        .iter()
-        .map(|p| format!("{p}: {:?}", cmdline(*p)))
-        .collect();
+    let procs: Vec<String> = procs.iter().map(|p| format!("{p}: {:?}", cmdline(*p))).collect();
     assert!(procs.is_empty(), "processes left behind: {procs:?}");
 
     let left = ids_left(rt.root(), &prefix);
@@ -405,17 +349,10 @@ fn soak_two_streams_leave_nothing() {
         left.iter().take(5).collect::<Vec<_>>()
     );
     for b in &bundles {
-        assert!(
-            cgroup_dirs(&b.id).is_empty(),
-            "cgroup of bundle id {} exists",
-            b.id
-        );
+        assert!(cgroup_dirs(&b.id).is_empty(), "cgroup of bundle id {} exists", b.id);
     }
     let listed = rt.run(&["list", "-q"]).expect_ok("list -q");
-    assert!(
-        listed.stdout.trim().is_empty(),
-        "list -q after the soak:\n{listed}"
-    );
+    assert!(listed.stdout.trim().is_empty(), "list -q after the soak:\n{listed}");
 
     let needles = vec![
         rt.root().to_string_lossy().into_owned(),
@@ -428,10 +365,7 @@ fn soak_two_streams_leave_nothing() {
 
     let wanted: BTreeSet<u64> = all.netns.iter().copied().collect();
     let held = netns_held(&wanted, &rt.leftovers(), &needles);
-    assert!(
-        held.is_empty(),
-        "container network namespaces still held: {held:#?}"
-    );
+    assert!(held.is_empty(), "container network namespaces still held: {held:#?}");
 
     let fds_after = fd_count();
     let tinyrun_mounts_after = tinyrun_mount_count();

@@ -66,20 +66,13 @@ impl ConsoleSocket {
             }
         };
         stream.set_nonblocking(false).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut buf = vec![0u8; 8192];
         let (n, raw, cmsgs) = {
             let mut iov = [IoSliceMut::new(&mut buf)];
             let mut space = nix::cmsg_space!([RawFd; 16]);
-            let msg = recvmsg::<()>(
-                stream.as_raw_fd(),
-                &mut iov,
-                Some(&mut space),
-                MsgFlags::MSG_CMSG_CLOEXEC,
-            )
-            .map_err(|e| format!("recvmsg: {e}"))?;
+            let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+                .map_err(|e| format!("recvmsg: {e}"))?;
             let mut raw = Vec::new();
             let mut count = 0;
             for c in msg.cmsgs().map_err(|e| format!("cmsgs: {e}"))? {
@@ -91,17 +84,9 @@ impl ConsoleSocket {
             (msg.bytes, raw, count)
         };
         // SAFETY: the fds were just received with SCM_RIGHTS and belong to nobody else.
-        let fds = raw
-            .into_iter()
-            .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
-            .collect();
+        let fds = raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }).collect();
         buf.truncate(n);
-        Ok(Received {
-            fds,
-            cmsgs,
-            payload: buf,
-            stream,
-        })
+        Ok(Received { fds, cmsgs, payload: buf, stream })
     }
 }
 
@@ -151,9 +136,7 @@ fn read_master(master: RawFd, wait: Duration, done: impl Fn(&str) -> bool) -> St
         }
         let mut buf = [0u8; 4096];
         match nix::unistd::read(master, &mut buf) {
-            Ok(0) | Err(nix::errno::Errno::EIO) => {
-                return String::from_utf8_lossy(&out).replace("\r\n", "\n")
-            }
+            Ok(0) | Err(nix::errno::Errno::EIO) => return String::from_utf8_lossy(&out).replace("\r\n", "\n"),
             Ok(n) => out.extend_from_slice(&buf[..n]),
             Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => panic!("read pty master: {e}"),
@@ -182,83 +165,46 @@ fn create_sends_pty_master_over_console_socket() {
     require_root!();
     let rt = Runtime::new("consolesock");
     let sock = ConsoleSocket::new(&rt);
-    let script =
-        "echo hello-from-tty; stty size; tty; probe stat /dev/console; probe fds; echo END";
+    let script = "echo hello-from-tty; stty size; tty; probe stat /dev/console; probe fds; echo END";
     let b = terminal_bundle(&rt, script);
     b.config_mut(|c| c["process"]["consoleSize"] = json!({"height": 33, "width": 101}));
-    let o = rt.run(&[
-        "create",
-        "--console-socket",
-        sock.arg(),
-        "--bundle",
-        b.path(),
-        &b.id,
-    ]);
+    let o = rt.run(&["create", "--console-socket", sock.arg(), "--bundle", b.path(), &b.id]);
     let o = o.expect_ok("create with terminal and console socket");
     // Accept only now, after create exited (containerd does the same).
-    let got = sock
-        .receive(Duration::from_secs(2))
-        .unwrap_or_else(|e| panic!("{e}\n{o}"));
-    eprintln!(
-        "console payload: {:?}",
-        String::from_utf8_lossy(&got.payload)
-    );
+    let got = sock.receive(Duration::from_secs(2)).unwrap_or_else(|e| panic!("{e}\n{o}"));
+    eprintln!("console payload: {:?}", String::from_utf8_lossy(&got.payload));
     let (master, stream) = got.the_one_fd();
     let n = assert_pty_master(&master);
     // runc closes the connection before create returns; holding it in init until execve
     // (close-on-exec) is harmless to callers, so only note it here and require it gone below.
     let closed_at_create = peer_closed(&stream, Duration::from_millis(500));
     if !closed_at_create {
-        eprintln!(
-            "NOTE: the console socket connection is still open after create (runc closes it)"
-        );
+        eprintln!("NOTE: the console socket connection is still open after create (runc closes it)");
     }
-    assert_eq!(
-        rt.status(&b.id).as_deref(),
-        Some("created"),
-        "the program has not run yet"
-    );
+    assert_eq!(rt.status(&b.id).as_deref(), Some("created"), "the program has not run yet");
 
     rt.run(&["start", &b.id]).expect_ok("start");
-    let text = read_master(master.as_raw_fd(), Duration::from_secs(10), |t| {
-        t.contains("END\n")
-    });
+    let text = read_master(master.as_raw_fd(), Duration::from_secs(10), |t| t.contains("END\n"));
     rt.wait_status(&b.id, "stopped");
     assert!(
         closed_at_create || peer_closed(&stream, Duration::from_secs(2)),
         "the container's program must not hold the console socket"
     );
-    assert!(
-        text.contains("hello-from-tty\n"),
-        "output on the master: {text:?}"
-    );
+    assert!(text.contains("hello-from-tty\n"), "output on the master: {text:?}");
     assert!(text.contains("\n33 101\n"), "consoleSize applied: {text:?}");
-    assert!(
-        text.contains(&format!("/dev/pts/{n}\n")),
-        "stdin is the pty whose master we got (pts {n}): {text:?}"
-    );
+    assert!(text.contains(&format!("/dev/pts/{n}\n")), "stdin is the pty whose master we got (pts {n}): {text:?}");
     let kv = kv(&text);
-    assert_eq!(
-        kv.get("type").map(String::as_str),
-        Some("chr"),
-        "/dev/console: {text:?}"
-    );
+    assert_eq!(kv.get("type").map(String::as_str), Some("chr"), "/dev/console: {text:?}");
     assert_eq!(
         kv.get("rdev").cloned(),
         Some(format!("{}:{}", 136 + n / 256, n % 256)),
         "/dev/console is our pty: {text:?}"
     );
     for fd in ["fd.0", "fd.1", "fd.2"] {
-        assert_eq!(
-            kv.get(fd).cloned(),
-            Some(format!("/dev/pts/{n}")),
-            "{fd}: {text:?}"
-        );
+        assert_eq!(kv.get(fd).cloned(), Some(format!("/dev/pts/{n}")), "{fd}: {text:?}");
     }
-    let extra: Vec<&String> = kv
-        .keys()
-        .filter(|k| k.starts_with("fd.") && !["fd.0", "fd.1", "fd.2"].contains(&k.as_str()))
-        .collect();
+    let extra: Vec<&String> =
+        kv.keys().filter(|k| k.starts_with("fd.") && !["fd.0", "fd.1", "fd.2"].contains(&k.as_str())).collect();
     assert!(extra.is_empty(), "no fds beyond the pty stdio: {text:?}");
     rt.run(&["delete", &b.id]).expect_ok("delete");
     rt.assert_nothing_left(&b.id);
@@ -271,20 +217,9 @@ fn run_detached_with_console_socket() {
     let rt = Runtime::new("rundconsole");
     let sock = ConsoleSocket::new(&rt);
     let b = terminal_bundle(&rt, "echo run-d-tty; stty size; sleep 600");
-    rt.run(&[
-        "run",
-        "-d",
-        "--console-socket",
-        sock.arg(),
-        "--bundle",
-        b.path(),
-        &b.id,
-    ])
-    .expect_ok("run -d with a console socket");
-    let (master, _s) = sock
-        .receive(Duration::from_secs(2))
-        .expect("pty master")
-        .the_one_fd();
+    rt.run(&["run", "-d", "--console-socket", sock.arg(), "--bundle", b.path(), &b.id])
+        .expect_ok("run -d with a console socket");
+    let (master, _s) = sock.receive(Duration::from_secs(2)).expect("pty master").the_one_fd();
     assert_pty_master(&master);
     let text = read_master(master.as_raw_fd(), Duration::from_secs(10), |t| {
         t.contains("run-d-tty\n") && t.lines().count() >= 2
@@ -304,14 +239,9 @@ fn terminal_and_console_socket_mismatch_refused() {
     for cmd in [&["create"][..], &["run", "-d"][..]] {
         let mut argv = cmd.to_vec();
         argv.extend(["--bundle", b.path(), &b.id]);
-        let o = rt
-            .run(&argv)
-            .expect_err("terminal=true without --console-socket");
+        let o = rt.run(&argv).expect_err("terminal=true without --console-socket");
         assert_eq!(o.code(), Some(1), "{o}");
-        assert!(
-            o.stderr.contains("console socket"),
-            "the error mentions the console socket\n{o}"
-        );
+        assert!(o.stderr.contains("console socket"), "the error mentions the console socket\n{o}");
         assert!(!o.stdout.contains("should-not-run"), "{o}");
         rt.assert_nothing_left(&b.id);
     }
@@ -319,14 +249,7 @@ fn terminal_and_console_socket_mismatch_refused() {
     let sock = ConsoleSocket::new(&rt);
     let b = rt.bundle(&["/bin/sh", "-c", "echo should-not-run"]);
     let o = rt
-        .run(&[
-            "create",
-            "--console-socket",
-            sock.arg(),
-            "--bundle",
-            b.path(),
-            &b.id,
-        ])
+        .run(&["create", "--console-socket", sock.arg(), "--bundle", b.path(), &b.id])
         .expect_err("--console-socket with terminal=false");
     assert_eq!(o.code(), Some(1), "{o}");
     assert!(o.stderr.contains("console socket"), "{o}");
@@ -362,23 +285,15 @@ fn exec_tty_detached_console_socket() {
         "echo exec-tty; tty; stty size; probe stat /dev/console; echo END; sleep 600",
     ])
     .expect_ok("exec -t -d --console-socket");
-    if let Ok(p) = std::fs::read_to_string(&pidfile)
-        .unwrap_or_default()
-        .parse()
-    {
+    if let Ok(p) = std::fs::read_to_string(&pidfile).unwrap_or_default().parse() {
         rt.track_pid(p);
     }
     let got = sock.receive(Duration::from_secs(2)).expect("pty master");
     let (master, _s) = got.the_one_fd();
     let n = assert_pty_master(&master);
-    let text = read_master(master.as_raw_fd(), Duration::from_secs(10), |t| {
-        t.contains("END\n")
-    });
+    let text = read_master(master.as_raw_fd(), Duration::from_secs(10), |t| t.contains("END\n"));
     assert!(text.contains("exec-tty\n"), "{text:?}");
-    assert!(
-        text.contains(&format!("/dev/pts/{n}\n")),
-        "the exec'd process's tty is the pty we got: {text:?}"
-    );
+    assert!(text.contains(&format!("/dev/pts/{n}\n")), "the exec'd process's tty is the pty we got: {text:?}");
     // No console was configured for init, so /dev/console must not become the exec's pty.
     assert_ne!(
         kv(&text).get("rdev").cloned(),
@@ -389,16 +304,7 @@ fn exec_tty_detached_console_socket() {
     let o = rt.run(&["exec", "-t", "-d", &b.id, "/bin/probe", "exit", "0"]);
     assert!(!o.ok(), "exec -t -d without a console socket\n{o}");
     assert!(o.stderr.contains("console socket"), "{o}");
-    let o = rt.run(&[
-        "exec",
-        "-d",
-        "--console-socket",
-        sock.arg(),
-        &b.id,
-        "/bin/probe",
-        "exit",
-        "0",
-    ]);
+    let o = rt.run(&["exec", "-d", "--console-socket", sock.arg(), &b.id, "/bin/probe", "exit", "0"]);
     assert!(!o.ok(), "exec --console-socket without -t\n{o}");
     assert!(o.stderr.contains("console socket"), "{o}");
 }
@@ -416,20 +322,8 @@ impl Drop for ChildGuard {
 
 /// Run `argv` (after `--root R`) with its stdio on a fresh pty of `rows`x`cols`; type `input`
 /// once `ready` appears; return (exit code, everything the terminal showed).
-fn run_on_pty(
-    rt: &Runtime,
-    argv: &[&str],
-    rows: u16,
-    cols: u16,
-    ready: &str,
-    input: &str,
-) -> (Option<i32>, String) {
-    let ws = Winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
+fn run_on_pty(rt: &Runtime, argv: &[&str], rows: u16, cols: u16, ready: &str, input: &str) -> (Option<i32>, String) {
+    let ws = Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
     let pty = openpty(Some(&ws), None).expect("openpty");
     let mut cmd = rt.command(argv);
     let slave = || Stdio::from(pty.slave.try_clone().unwrap());
@@ -450,14 +344,8 @@ fn run_on_pty(
         if status.is_none() {
             status = child.0.try_wait().unwrap();
         }
-        assert!(
-            Instant::now() < deadline,
-            "the foreground runtime did not finish; terminal so far: {text:?}"
-        );
-        let mut fds = [PollFd::new(
-            std::os::fd::AsFd::as_fd(&master),
-            PollFlags::POLLIN,
-        )];
+        assert!(Instant::now() < deadline, "the foreground runtime did not finish; terminal so far: {text:?}");
+        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&master), PollFlags::POLLIN)];
         let ready_fds = poll(&mut fds, PollTimeout::from(50u16)).unwrap_or(0);
         if ready_fds == 0 {
             if let Some(st) = status {
@@ -487,19 +375,9 @@ fn foreground_run_relays_terminal() {
         &rt,
         "echo relayed-out; stty size; tty >/dev/null && echo stdin-is-a-tty; echo ready; read x; echo got:$x; exit 3",
     );
-    let (code, text) = run_on_pty(
-        &rt,
-        &["run", "--bundle", b.path(), &b.id],
-        40,
-        120,
-        "ready\n",
-        "ping\n",
-    );
+    let (code, text) = run_on_pty(&rt, &["run", "--bundle", b.path(), &b.id], 40, 120, "ready\n", "ping\n");
     assert!(text.contains("relayed-out\n"), "{text:?}");
-    assert!(
-        text.contains("\n40 120\n"),
-        "the runtime's window size reaches the container: {text:?}"
-    );
+    assert!(text.contains("\n40 120\n"), "the runtime's window size reaches the container: {text:?}");
     assert!(text.contains("stdin-is-a-tty\n"), "{text:?}");
     assert!(text.contains("got:ping\n"), "input relayed: {text:?}");
     assert_eq!(code, Some(3), "the program's exit status: {text:?}");
@@ -517,14 +395,7 @@ fn foreground_exec_tty_relays_terminal() {
     rt.wait_status(&b.id, "running");
     let (code, text) = run_on_pty(
         &rt,
-        &[
-            "exec",
-            "-t",
-            &b.id,
-            "sh",
-            "-c",
-            "echo exec-relayed; stty size; echo ready; read x; echo got:$x; exit 5",
-        ],
+        &["exec", "-t", &b.id, "sh", "-c", "echo exec-relayed; stty size; echo ready; read x; echo got:$x; exit 5"],
         25,
         91,
         "ready\n",

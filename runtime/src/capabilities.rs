@@ -27,8 +27,9 @@ fn convert(field: &str, set: &Option<oci_spec::runtime::Capabilities>) -> Result
     let mut out = CapsHashSet::new();
     for c in set.iter().flatten() {
         let name = format!("CAP_{c}");
-        let cap = Capability::from_str(&name)
-            .map_err(|_| RuntimeError::unsupported(format!("process.capabilities.{field}"), format!("unknown capability {name}")))?;
+        let cap = Capability::from_str(&name).map_err(|_| {
+            RuntimeError::unsupported(format!("process.capabilities.{field}"), format!("unknown capability {name}"))
+        })?;
         out.insert(cap);
     }
     Ok(out)

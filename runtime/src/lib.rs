@@ -21,8 +21,8 @@ pub mod sandbox;
 mod seccomp;
 pub mod spec;
 mod state;
-mod tty;
 mod sys;
+mod tty;
 mod user;
 
 pub use error::{Result, RuntimeError, SysError};

@@ -49,7 +49,9 @@ pub(crate) fn from_spec(limits: Option<&Vec<PosixRlimit>>) -> Result<Vec<Limit>>
             return Err(RuntimeError::InvalidSpec(format!("process.rlimits: {name} given twice")));
         }
         if l.soft() > l.hard() {
-            return Err(RuntimeError::InvalidSpec(format!("process.rlimits: {name} soft limit is above its hard limit")));
+            return Err(RuntimeError::InvalidSpec(format!(
+                "process.rlimits: {name} soft limit is above its hard limit"
+            )));
         }
         out.push(Limit { resource, name, soft: l.soft(), hard: l.hard() });
     }
@@ -67,7 +69,8 @@ pub(crate) fn apply(limits: &[Limit]) -> Result<(), String> {
     for l in limits {
         let soft = if l.resource == Resource::RLIMIT_NOFILE { l.soft.max(INIT_FDS.min(l.hard)) } else { l.soft };
         setrlimit(l.resource, soft, l.hard).map_err(|e| {
-            let hint = if e == nix::errno::Errno::EPERM { " (raising a hard limit needs CAP_SYS_RESOURCE)" } else { "" };
+            let hint =
+                if e == nix::errno::Errno::EPERM { " (raising a hard limit needs CAP_SYS_RESOURCE)" } else { "" };
             format!("setrlimit {} soft={} hard={}: {e}{hint}", l.name, l.soft, l.hard)
         })?;
     }

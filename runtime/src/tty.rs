@@ -35,13 +35,19 @@ pub(crate) fn setup_console(
     gid: u32,
     dev_console: bool,
 ) -> Result<(), String> {
-    let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC).map_err(|e| format!("open /dev/ptmx: {e}"))?;
+    let master =
+        posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC).map_err(|e| format!("open /dev/ptmx: {e}"))?;
     grantpt(&master).map_err(|e| format!("grantpt: {e}"))?;
     unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
     let name = ptsname_r(&master).map_err(|e| format!("ptsname: {e}"))?;
-    let slave = crate::sys::fs::open_path(Path::new(&name), OFlag::O_RDWR | OFlag::O_NOCTTY).map_err(|e| e.to_string())?;
-    nix::unistd::fchown(slave.as_raw_fd(), Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)))
-        .map_err(|e| format!("chown {name}: {e}"))?;
+    let slave =
+        crate::sys::fs::open_path(Path::new(&name), OFlag::O_RDWR | OFlag::O_NOCTTY).map_err(|e| e.to_string())?;
+    nix::unistd::fchown(
+        slave.as_raw_fd(),
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .map_err(|e| format!("chown {name}: {e}"))?;
     if let Some((rows, cols)) = size {
         let ws = Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
         sys::set_winsize(master.as_raw_fd(), &ws).map_err(|e| format!("set console size: {e}"))?;
@@ -57,7 +63,8 @@ pub(crate) fn setup_console(
         let target = crate::sys::fs::fd_path(&target);
         mount(Some(&name), &target, None, MsFlags::MS_BIND, None, "/dev/console").map_err(|e| e.to_string())?;
     }
-    send_fd(socket, master.as_raw_fd(), name.as_bytes()).map_err(|e| format!("send pty master to console socket: {e}"))?;
+    send_fd(socket, master.as_raw_fd(), name.as_bytes())
+        .map_err(|e| format!("send pty master to console socket: {e}"))?;
     drop(master);
     nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
     sys::set_ctty(slave.as_raw_fd()).map_err(|e| format!("make the pty the controlling terminal: {e}"))?;

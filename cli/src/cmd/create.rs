@@ -1,6 +1,6 @@
 use tinyrun::{CreateOptions, Runtime};
 
-use crate::args::{CreateArgs, Cli};
+use crate::args::{Cli, CreateArgs};
 use crate::logging::Logger;
 
 pub(crate) fn run(rt: &Runtime, cli: &Cli, a: &CreateArgs, log: &Logger) -> anyhow::Result<u8> {

@@ -47,6 +47,7 @@ fn parse_user(s: &str) -> anyhow::Result<(u32, Option<u32>)> {
         None => (s, None),
     };
     let uid = u.parse().map_err(|_| anyhow::anyhow!("invalid --user {s:?}: expected uid[:gid]"))?;
-    let gid = g.map(|g| g.parse()).transpose().map_err(|_| anyhow::anyhow!("invalid --user {s:?}: expected uid[:gid]"))?;
+    let gid =
+        g.map(|g| g.parse()).transpose().map_err(|_| anyhow::anyhow!("invalid --user {s:?}: expected uid[:gid]"))?;
     Ok((uid, gid))
 }

@@ -21,7 +21,14 @@ pub(crate) fn run(rt: &Runtime, a: &ListArgs) -> anyhow::Result<u8> {
             let rows: Vec<[String; 6]> = all
                 .iter()
                 .map(|c| {
-                    [c.id.clone(), c.pid.to_string(), c.status.to_string(), c.bundle.display().to_string(), c.created.clone(), c.owner.clone()]
+                    [
+                        c.id.clone(),
+                        c.pid.to_string(),
+                        c.status.to_string(),
+                        c.bundle.display().to_string(),
+                        c.created.clone(),
+                        c.owner.clone(),
+                    ]
                 })
                 .collect();
             let head = ["ID", "PID", "STATUS", "BUNDLE", "CREATED", "OWNER"].map(String::from);

@@ -13,7 +13,8 @@ pub(crate) fn run(rt: &Runtime, a: &PsArgs) -> anyhow::Result<u8> {
         outln!("{}", serde_json::to_string(&pids)?);
         return Ok(0);
     }
-    let args: Vec<&str> = if a.ps_args.is_empty() { vec!["-ef"] } else { a.ps_args.iter().map(String::as_str).collect() };
+    let args: Vec<&str> =
+        if a.ps_args.is_empty() { vec!["-ef"] } else { a.ps_args.iter().map(String::as_str).collect() };
     let out = Command::new("ps").args(&args).output().map_err(|e| anyhow::anyhow!("run ps: {e}"))?;
     if !out.status.success() {
         anyhow::bail!("ps {}: {}: {}", args.join(" "), out.status, String::from_utf8_lossy(&out.stderr).trim());

@@ -25,7 +25,9 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             outln!("{}", sandbox::launch(root, &options(a)?, "sbx")?);
             Ok(0)
         }
-        SandboxCommand::Exec(a) => Ok(u8::try_from(sandbox::exec(root, &a.id, &a.command, &a.env, false)?).unwrap_or(255)),
+        SandboxCommand::Exec(a) => {
+            Ok(u8::try_from(sandbox::exec(root, &a.id, &a.command, &a.env, false)?).unwrap_or(255))
+        }
         SandboxCommand::Shell(a) => Ok(u8::try_from(sandbox::shell(root, &a.id)?).unwrap_or(255)),
         SandboxCommand::Terminate(a) => sandbox::terminate(root, &a.id).map(|_| 0).map_err(Into::into),
         SandboxCommand::List(a) => {

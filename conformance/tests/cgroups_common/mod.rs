@@ -35,10 +35,7 @@ pub fn file(v: V, id: &str, ctrl: &str, name: &str) -> PathBuf {
 }
 
 pub fn read(p: &PathBuf) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-        .trim()
-        .to_string()
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display())).trim().to_string()
 }
 
 /// The `key N` value of a flat-keyed cgroup file.
@@ -71,16 +68,9 @@ pub fn start(rt: &Runtime, b: &Bundle) -> i32 {
 
 /// `events --stats`: the `data` object.
 pub fn stats(rt: &Runtime, id: &str) -> Value {
-    let o = rt
-        .run(&["events", "--stats", id])
-        .expect_ok("events --stats");
-    let v: Value = serde_json::from_str(o.stdout.trim())
-        .unwrap_or_else(|e| panic!("events --stats: {e}\n{o}"));
-    assert_eq!(
-        (v["type"].as_str(), v["id"].as_str()),
-        (Some("stats"), Some(id)),
-        "{o}"
-    );
+    let o = rt.run(&["events", "--stats", id]).expect_ok("events --stats");
+    let v: Value = serde_json::from_str(o.stdout.trim()).unwrap_or_else(|e| panic!("events --stats: {e}\n{o}"));
+    assert_eq!((v["type"].as_str(), v["id"].as_str()), (Some("stats"), Some(id)), "{o}");
     v["data"].clone()
 }
 
@@ -104,8 +94,7 @@ pub fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 }
 
 pub fn delete_and_check(rt: &Runtime, id: &str) {
-    rt.run(&["delete", "--force", id])
-        .expect_ok("delete --force");
+    rt.run(&["delete", "--force", id]).expect_ok("delete --force");
     rt.assert_nothing_left(id);
 }
 
@@ -118,23 +107,12 @@ pub fn memory_hog_is_oom_killed(v: V) {
     let limit = 32 << 20;
     // `events` must be listening before the hog starts: in the emulated v2
     // guest a debug binary takes seconds to get there.
-    let script = format!(
-        "sleep {}; tail /dev/zero; echo tail=$?; exec sleep 600",
-        if v == V::V1 { 3 } else { 12 }
-    );
-    let b = bundle(
-        &rt,
-        &script,
-        json!({"memory": {"limit": limit, "swap": limit}}),
-    );
+    let script = format!("sleep {}; tail /dev/zero; echo tail=$?; exec sleep 600", if v == V::V1 { 3 } else { 12 });
+    let b = bundle(&rt, &script, json!({"memory": {"limit": limit, "swap": limit}}));
     start(&rt, &b);
     // Listening before the hog starts.
     let events = rt.spawn(&["events", "--interval", "300ms", &b.id]);
-    let (ctrl, f) = if v == V::V1 {
-        ("memory", "memory.oom_control")
-    } else {
-        ("", "memory.events")
-    };
+    let (ctrl, f) = if v == V::V1 { ("memory", "memory.oom_control") } else { ("", "memory.events") };
     let oom_file = file(v, &b.id, ctrl, f);
     wait_until("an oom kill", 40, || keyed(&oom_file, "oom_kill") > 0);
     let data = stats(&rt, &b.id);
@@ -150,27 +128,15 @@ pub fn memory_hog_is_oom_killed(v: V) {
     // The peak reached the limit and never went past it. (failcnt is
     // reported but not asserted: v1 on recent kernels leaves it at 0.)
     let max = usage["max"].as_u64().unwrap_or(0);
-    assert!(
-        max <= limit && max >= limit / 10 * 9,
-        "peak usage {max} vs limit {limit}"
-    );
+    assert!(max <= limit && max >= limit / 10 * 9, "peak usage {max} vs limit {limit}");
     rt.run(&["kill", &b.id, "KILL"]).expect_ok("kill");
     let out = events.wait();
-    let lines: Vec<Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
+    let lines: Vec<Value> = out.stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
     assert!(
-        lines
-            .iter()
-            .any(|e| e["type"] == "oom" && e["id"] == b.id.as_str()),
+        lines.iter().any(|e| e["type"] == "oom" && e["id"] == b.id.as_str()),
         "events must report the OOM kill\n{out}"
     );
-    assert!(
-        lines.iter().any(|e| e["type"] == "stats"),
-        "and stats lines\n{out}"
-    );
+    assert!(lines.iter().any(|e| e["type"] == "stats"), "and stats lines\n{out}");
     delete_and_check(&rt, &b.id);
 }
 
@@ -189,29 +155,17 @@ pub fn fork_bomb_stops_at_pids_max(v: V) {
     let out = rt.spawn(&["run", "--bundle", b.path(), &b.id]);
     let events = file(v, &b.id, "pids", "pids.events");
     let current = file(v, &b.id, "pids", "pids.current");
-    wait_until("a refused fork", 20, || {
-        events.exists() && keyed(&events, "max") > 0
-    });
+    wait_until("a refused fork", 20, || events.exists() && keyed(&events, "max") > 0);
     std::thread::sleep(Duration::from_millis(300));
-    let (now, refused) = (
-        read(&current).parse::<u64>().unwrap(),
-        keyed(&events, "max"),
-    );
+    let (now, refused) = (read(&current).parse::<u64>().unwrap(), keyed(&events, "max"));
     let data = stats(&rt, &b.id);
-    eprintln!(
-        "pids: max=16 current={now} refused forks={refused} stats={}",
-        data["pids"]
-    );
+    eprintln!("pids: max=16 current={now} refused forks={refused} stats={}", data["pids"]);
     assert!(now <= 16, "pids.current {now} is over the limit");
     assert!(now >= 14, "the loop filled the limit (current {now})");
     assert_eq!(data["pids"]["limit"], 16);
     rt.run(&["kill", &b.id, "KILL"]).expect_ok("kill");
     let o = out.wait();
-    let procs: u64 = o
-        .kv()
-        .get("procs")
-        .and_then(|p| p.parse().ok())
-        .expect("procs= line");
+    let procs: u64 = o.kv().get("procs").and_then(|p| p.parse().ok()).expect("procs= line");
     eprintln!("pids: processes seen inside after the loop died: {procs}");
     assert!((14..=16).contains(&procs), "{o}");
     rt.assert_nothing_left(&b.id);
@@ -250,11 +204,7 @@ pub fn device_rules_are_enforced(_v: V) {
 /// about what the quota allows.
 pub fn cpu_quota_throttles(v: V) {
     let rt = Runtime::new("cgcpu");
-    let b = bundle(
-        &rt,
-        "while :; do :; done",
-        json!({"cpu": {"quota": 20000, "period": 100000}}),
-    );
+    let b = bundle(&rt, "while :; do :; done", json!({"cpu": {"quota": 20000, "period": 100000}}));
     start(&rt, &b);
     let quota = match v {
         V::V1 => read(&file(v, &b.id, "cpu", "cpu.cfs_quota_us")),
@@ -266,23 +216,14 @@ pub fn cpu_quota_throttles(v: V) {
     let used = cpu_over(&rt, &b.id, Duration::from_secs(1));
     let t2 = stats(&rt, &b.id)["cpu"]["throttling"].clone();
     let n = |t: &Value, k: &str| t[k].as_u64().unwrap_or(0);
-    eprintln!(
-        "cpu: quota 20ms/100ms; used {} ms of CPU in ~1 s; throttling {t1} -> {t2}",
-        used / 1_000_000
-    );
-    assert!(
-        n(&t2, "throttledPeriods") > n(&t1, "throttledPeriods"),
-        "throttled periods rise: {t1} -> {t2}"
-    );
+    eprintln!("cpu: quota 20ms/100ms; used {} ms of CPU in ~1 s; throttling {t1} -> {t2}", used / 1_000_000);
+    assert!(n(&t2, "throttledPeriods") > n(&t1, "throttledPeriods"), "throttled periods rise: {t1} -> {t2}");
     assert!(n(&t2, "throttledTime") > n(&t1, "throttledTime"));
     // At most 20 ms per elapsed period: the periods counted between the two
     // throttling reads (which bracket the usage window) are the clock, so a
     // slow (emulated) host that stretches the window doesn't matter.
     let periods = n(&t2, "periods") - n(&t1, "periods");
-    assert!(
-        used <= (periods + 2) * 20_000_000,
-        "the burner got {used} ns of CPU in {periods} periods of 100 ms"
-    );
+    assert!(used <= (periods + 2) * 20_000_000, "the burner got {used} ns of CPU in {periods} periods of 100 ms");
     delete_and_check(&rt, &b.id);
 }
 
@@ -290,16 +231,12 @@ pub fn cpu_quota_throttles(v: V) {
 /// effect measured), `-r -` JSON for pids (read back).
 pub fn update_changes_live_limits(v: V) {
     let rt = Runtime::new("cgupd");
-    let b = bundle(
-        &rt,
-        "while :; do :; done",
-        json!({"cpu": {"quota": 100000, "period": 100000}, "pids": {"limit": 16}}),
-    );
+    let b =
+        bundle(&rt, "while :; do :; done", json!({"cpu": {"quota": 100000, "period": 100000}, "pids": {"limit": 16}}));
     start(&rt, &b);
     std::thread::sleep(Duration::from_millis(300));
     let before = cpu_over(&rt, &b.id, Duration::from_secs(1));
-    rt.run(&["update", "--cpu-quota", "10000", &b.id])
-        .expect_ok("update --cpu-quota");
+    rt.run(&["update", "--cpu-quota", "10000", &b.id]).expect_ok("update --cpu-quota");
     let quota = match v {
         V::V1 => read(&file(v, &b.id, "cpu", "cpu.cfs_quota_us")),
         V::V2 => read(&file(v, &b.id, "", "cpu.max")),
@@ -307,25 +244,13 @@ pub fn update_changes_live_limits(v: V) {
     assert!(quota.starts_with("10000"), "quota updated: {quota}");
     std::thread::sleep(Duration::from_millis(200));
     let after = cpu_over(&rt, &b.id, Duration::from_secs(1));
-    eprintln!(
-        "update: cpu per second {} ms -> {} ms (quota 100% -> 10%)",
-        before / 1_000_000,
-        after / 1_000_000
-    );
-    assert!(
-        after * 3 < before,
-        "the lower quota takes effect: {before} -> {after}"
-    );
+    eprintln!("update: cpu per second {} ms -> {} ms (quota 100% -> 10%)", before / 1_000_000, after / 1_000_000);
+    assert!(after * 3 < before, "the lower quota takes effect: {before} -> {after}");
     let mut cmd = rt.command(&["update", "--resources", "-", &b.id]);
     cmd.stdin(std::process::Stdio::piped());
     let mut child = cmd.stdout(std::process::Stdio::null()).spawn().unwrap();
     use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"pids": {"limit": 5}}"#)
-        .unwrap();
+    child.stdin.take().unwrap().write_all(br#"{"pids": {"limit": 5}}"#).unwrap();
     assert!(child.wait().unwrap().success(), "update -r -");
     assert_eq!(read(&file(v, &b.id, "pids", "pids.max")), "5");
     // The quota set before stays: an update only changes what it names.
@@ -351,16 +276,14 @@ pub fn pause_freezes_and_resume_thaws(v: V) {
     };
     assert!(frozen == "FROZEN" || frozen == "1", "{frozen}");
     let paused = cpu_over(&rt, &b.id, Duration::from_millis(700));
-    rt.run(&["pause", &b.id])
-        .expect_err("pause of a paused container");
+    rt.run(&["pause", &b.id]).expect_err("pause of a paused container");
     rt.run(&["resume", &b.id]).expect_ok("resume");
     assert_eq!(rt.status(&b.id).as_deref(), Some("running"));
     let resumed = cpu_over(&rt, &b.id, Duration::from_millis(700));
     eprintln!("pause: cpu ns over 0.7 s paused={paused} resumed={resumed}");
     assert_eq!(paused, 0, "a frozen loop uses no CPU");
     assert!(resumed > 100_000_000, "a thawed loop runs again: {resumed}");
-    rt.run(&["resume", &b.id])
-        .expect_err("resume of a running container");
+    rt.run(&["resume", &b.id]).expect_err("resume of a running container");
     // delete --force of a paused container works too.
     rt.run(&["pause", &b.id]).expect_ok("pause again");
     delete_and_check(&rt, &b.id);
@@ -372,28 +295,13 @@ pub fn pause_freezes_and_resume_thaws(v: V) {
 /// is left anywhere.
 pub fn cgroup_everywhere_then_gone(v: V) {
     let rt = Runtime::new("cgdirs");
-    let b = bundle(
-        &rt,
-        "sleep 600",
-        json!({"memory": {"limit": 64 << 20}, "pids": {"limit": 50}}),
-    );
+    let b = bundle(&rt, "sleep 600", json!({"memory": {"limit": 64 << 20}, "pids": {"limit": 50}}));
     let pidfile = rt.tempdir().join("pid");
-    rt.run(&[
-        "create",
-        "--pid-file",
-        pidfile.to_str().unwrap(),
-        "--bundle",
-        b.path(),
-        &b.id,
-    ])
-    .expect_ok("create");
+    rt.run(&["create", "--pid-file", pidfile.to_str().unwrap(), "--bundle", b.path(), &b.id]).expect_ok("create");
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().parse().unwrap();
     let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     for line in own.lines() {
-        assert!(
-            line.ends_with(&format!(":/tinyrun-test/{}", b.id)),
-            "init not in its cgroup: {line}\n{own}"
-        );
+        assert!(line.ends_with(&format!(":/tinyrun-test/{}", b.id)), "init not in its cgroup: {line}\n{own}");
     }
     let dirs = cgroup_dirs(&b.id);
     let mounted = std::fs::read_to_string("/proc/self/mountinfo")
@@ -404,23 +312,13 @@ pub fn cgroup_everywhere_then_gone(v: V) {
     eprintln!("cgroup dirs while created: {dirs:?} ({mounted} cgroup mounts)");
     assert_eq!(dirs.len(), mounted, "one directory per hierarchy: {dirs:?}");
     if v == V::V2 {
-        assert_eq!(
-            dirs,
-            vec![PathBuf::from(format!(
-                "/sys/fs/cgroup/tinyrun-test/{}",
-                b.id
-            ))]
-        );
+        assert_eq!(dirs, vec![PathBuf::from(format!("/sys/fs/cgroup/tinyrun-test/{}", b.id))]);
     }
     rt.run(&["start", &b.id]).expect_ok("start");
     rt.run(&["kill", &b.id, "KILL"]).expect_ok("kill");
     rt.wait_status(&b.id, "stopped");
     rt.run(&["delete", &b.id]).expect_ok("delete");
-    assert!(
-        cgroup_dirs(&b.id).is_empty(),
-        "left: {:?}",
-        cgroup_dirs(&b.id)
-    );
+    assert!(cgroup_dirs(&b.id).is_empty(), "left: {:?}", cgroup_dirs(&b.id));
     rt.assert_nothing_left(&b.id);
 }
 
@@ -429,28 +327,13 @@ pub fn cgroup_everywhere_then_gone(v: V) {
 pub fn container_sees_its_cgroup_as_root(v: V) {
     let rt = Runtime::new("cgns");
     let limit = 48 << 20;
-    let f = if v == V::V1 {
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes"
-    } else {
-        "/sys/fs/cgroup/memory.max"
-    };
-    let b = bundle(
-        &rt,
-        &format!("cat /proc/self/cgroup; echo limit=$(cat {f})"),
-        json!({"memory": {"limit": limit}}),
-    );
+    let f = if v == V::V1 { "/sys/fs/cgroup/memory/memory.limit_in_bytes" } else { "/sys/fs/cgroup/memory.max" };
+    let b = bundle(&rt, &format!("cat /proc/self/cgroup; echo limit=$(cat {f})"), json!({"memory": {"limit": limit}}));
     let o = rt.run_bundle(&b).expect_ok("run");
     for line in o.stdout.lines().filter(|l| !l.starts_with("limit=")) {
-        assert!(
-            line.ends_with(":/"),
-            "the container must see its cgroup as /: {line}\n{o}"
-        );
+        assert!(line.ends_with(":/"), "the container must see its cgroup as /: {line}\n{o}");
     }
-    assert_eq!(
-        o.kv().get("limit").map(String::as_str),
-        Some(limit.to_string().as_str()),
-        "{o}"
-    );
+    assert_eq!(o.kv().get("limit").map(String::as_str), Some(limit.to_string().as_str()), "{o}");
     rt.assert_nothing_left(&b.id);
 }
 
@@ -464,33 +347,18 @@ pub fn kill_all_and_ps(_v: V) {
     start(&rt, &b);
     let mut pids: Vec<i64> = Vec::new();
     wait_until("three processes", 10, || {
-        let o = rt
-            .run(&["ps", "--format", "json", &b.id])
-            .expect_ok("ps --format json");
+        let o = rt.run(&["ps", "--format", "json", &b.id]).expect_ok("ps --format json");
         assert!(o.stdout.ends_with("]\n"), "a JSON array and a newline: {o}");
         pids = serde_json::from_str(&o.stdout).unwrap();
         pids.len() == 3
     });
     let table = rt.run(&["ps", &b.id]).expect_ok("ps");
-    assert!(
-        table
-            .stdout
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .contains("PID"),
-        "{table}"
-    );
+    assert!(table.stdout.lines().next().unwrap_or_default().contains("PID"), "{table}");
     assert_eq!(table.stdout.lines().count(), 4, "header + 3 rows\n{table}");
-    rt.run(&["kill", "--all", &b.id, "TERM"])
-        .expect_ok("kill --all TERM");
-    wait_until("every sleep gone", 10, || {
-        pids.iter()
-            .all(|p| !tinyrun_conformance::pid_alive(*p as i32))
-    });
+    rt.run(&["kill", "--all", &b.id, "TERM"]).expect_ok("kill --all TERM");
+    wait_until("every sleep gone", 10, || pids.iter().all(|p| !tinyrun_conformance::pid_alive(*p as i32)));
     eprintln!("kill --all: {pids:?} all gone");
-    rt.run(&["kill", "--all", &b.id, "KILL"])
-        .expect_ok("kill --all of a stopped container is not an error");
+    rt.run(&["kill", "--all", &b.id, "KILL"]).expect_ok("kill --all of a stopped container is not an error");
     rt.run(&["delete", &b.id]).expect_ok("delete");
     rt.assert_nothing_left(&b.id);
 }
@@ -501,26 +369,19 @@ pub fn failures_leave_no_cgroup(v: V) {
     let rt = Runtime::new("cgfail");
     let b = bundle(&rt, "true", json!({"cpu": {"cpus": "4095"}}));
     let o = rt.create(&b).expect_err("an impossible cpuset");
-    assert!(
-        o.stderr.contains("cpuset.cpus"),
-        "the error names the file\n{o}"
-    );
+    assert!(o.stderr.contains("cpuset.cpus"), "the error names the file\n{o}");
     rt.assert_nothing_left(&b.id);
 
     let (res, field) = match v {
-        V::V1 if !std::path::Path::new("/sys/fs/cgroup/hugetlb").exists() => (
-            json!({"hugepageLimits": [{"pageSize": "2MB", "limit": 2097152}]}),
-            "hugepageLimits",
-        ),
+        V::V1 if !std::path::Path::new("/sys/fs/cgroup/hugetlb").exists() => {
+            (json!({"hugepageLimits": [{"pageSize": "2MB", "limit": 2097152}]}), "hugepageLimits")
+        }
         V::V1 => (json!({"unified": {"memory.high": "1000000"}}), "unified"),
         V::V2 => (json!({"network": {"classID": 1}}), "network"),
     };
     let b = bundle(&rt, "true", res);
     let o = rt.create(&b).expect_err("a field this host can't enforce");
-    assert!(
-        o.stderr.contains(&format!("linux.resources.{field}")),
-        "the error names the field\n{o}"
-    );
+    assert!(o.stderr.contains(&format!("linux.resources.{field}")), "the error names the field\n{o}");
     eprintln!("refused: {}", o.stderr.trim());
     rt.assert_nothing_left(&b.id);
 }

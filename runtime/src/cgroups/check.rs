@@ -44,7 +44,10 @@ fn refuse(field: &str, why: impl Into<String>) -> Result<(), Refusal> {
 pub(crate) fn check_spec(r: &LinuxResources) -> Result<(), Refusal> {
     if let Some(m) = r.memory() {
         if m.kernel().is_some() {
-            return refuse("memory.kernel", "kernel memory limits are gone from the kernel (deprecated in 5.4, removed on v2)");
+            return refuse(
+                "memory.kernel",
+                "kernel memory limits are gone from the kernel (deprecated in 5.4, removed on v2)",
+            );
         }
         if m.kernel_tcp().is_some() {
             return refuse("memory.kernelTCP", "kernel TCP memory limits are not supported");
@@ -94,7 +97,10 @@ pub(crate) fn check_host(r: &LinuxResources, host: &Host) -> Result<(), Refusal>
     let v2 = host.layout == Layout::Unified;
     let only_v1 = |field: &str| refuse(field, "this is a cgroup v1 setting and this host has cgroup v2");
     if let Some(m) = r.memory() {
-        let set = m.limit().is_some() || m.reservation().is_some() || m.swap().is_some() || m.swappiness().is_some()
+        let set = m.limit().is_some()
+            || m.reservation().is_some()
+            || m.swap().is_some()
+            || m.swappiness().is_some()
             || m.disable_oom_killer().is_some();
         if set {
             need("memory", "memory")?;
@@ -110,7 +116,12 @@ pub(crate) fn check_host(r: &LinuxResources, host: &Host) -> Result<(), Refusal>
         }
     }
     if let Some(c) = r.cpu() {
-        if c.shares().is_some() || c.quota().is_some() || c.period().is_some() || c.burst().is_some() || c.idle().is_some() {
+        if c.shares().is_some()
+            || c.quota().is_some()
+            || c.period().is_some()
+            || c.burst().is_some()
+            || c.idle().is_some()
+        {
             need("cpu", "cpu")?;
         }
         if c.realtime_runtime().is_some() || c.realtime_period().is_some() {

@@ -52,7 +52,17 @@ pub use stats::StatsData;
 const ROOT: &str = "/sys/fs/cgroup";
 /// The v1 controllers libcgroups manages (and joins) when they are mounted.
 const LIBCGROUPS_V1: &[&str] = &[
-    "cpu", "cpuacct", "cpuset", "devices", "hugetlb", "memory", "pids", "perf_event", "blkio", "net_prio", "net_cls",
+    "cpu",
+    "cpuacct",
+    "cpuset",
+    "devices",
+    "hugetlb",
+    "memory",
+    "pids",
+    "perf_event",
+    "blkio",
+    "net_prio",
+    "net_cls",
     "freezer",
 ];
 
@@ -247,7 +257,17 @@ impl Cgroup {
             Layout::Unified => Vec::new(),
             _ => mounts.iter().filter(|m| m.controllers.is_empty()).map(|m| m.dir.join(rel)).collect(),
         };
-        Ok(Cgroup { recorded, layout, systemd, id: id.to_string(), mgr, extra, mounts, prepared: Cell::new(false), self_joined: Cell::new(false) })
+        Ok(Cgroup {
+            recorded,
+            layout,
+            systemd,
+            id: id.to_string(),
+            mgr,
+            extra,
+            mounts,
+            prepared: Cell::new(false),
+            self_joined: Cell::new(false),
+        })
     }
 
     /// Checks `r` against this host's controllers (for `update`).
@@ -435,7 +455,9 @@ impl Cgroup {
     pub(crate) fn stats(&self) -> Result<StatsData> {
         let s = self.mgr()?.stats().map_err(self.err("read statistics"))?;
         let (cpus, mems) = match self.layout {
-            Layout::Unified => (self.v2_dir().join("cpuset.cpus.effective"), self.v2_dir().join("cpuset.mems.effective")),
+            Layout::Unified => {
+                (self.v2_dir().join("cpuset.cpus.effective"), self.v2_dir().join("cpuset.mems.effective"))
+            }
             _ => (self.v1_dir("cpuset").join("cpuset.cpus"), self.v1_dir("cpuset").join("cpuset.mems")),
         };
         let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
@@ -453,7 +475,10 @@ impl Cgroup {
                 let usec = stat.lines().find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok());
                 (usec.unwrap_or(0) * 1000, num(self.v2_dir().join("memory.peak")))
             }
-            _ => (num(self.v1_dir("cpuacct").join("cpuacct.usage")), num(self.v1_dir("memory").join("memory.max_usage_in_bytes"))),
+            _ => (
+                num(self.v1_dir("cpuacct").join("cpuacct.usage")),
+                num(self.v1_dir("memory").join("memory.max_usage_in_bytes")),
+            ),
         }
     }
 
@@ -646,7 +671,8 @@ fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResou
         return r;
     }
     let mut rules = r.devices().clone().unwrap_or_default();
-    for d in devices.iter().filter(|d| matches!(d.typ(), LinuxDeviceType::C | LinuxDeviceType::B | LinuxDeviceType::U)) {
+    for d in devices.iter().filter(|d| matches!(d.typ(), LinuxDeviceType::C | LinuxDeviceType::B | LinuxDeviceType::U))
+    {
         let mut rule = LinuxDeviceCgroup::default();
         rule.set_allow(true)
             .set_typ(Some(if d.typ() == LinuxDeviceType::B { LinuxDeviceType::B } else { LinuxDeviceType::C }))

@@ -95,10 +95,7 @@ pub(crate) fn parse_proc_cgroup(text: &str) -> Vec<OwnLine> {
 
 /// Resolves a relative path on a v2 host: under the parent of our cgroup.
 pub(crate) fn under_own_v2(own: &[OwnLine], rel: &Path) -> Result<PathBuf, String> {
-    let line = own
-        .iter()
-        .find(|l| l.controllers.is_empty())
-        .ok_or("no cgroup v2 line (0::) in /proc/self/cgroup")?;
+    let line = own.iter().find(|l| l.controllers.is_empty()).ok_or("no cgroup v2 line (0::) in /proc/self/cgroup")?;
     let parent = Path::new(&line.path).parent().unwrap_or(Path::new("/"));
     Ok(clean(&parent.join(rel)))
 }
@@ -121,8 +118,7 @@ pub(crate) fn under_own_v1(own: &[OwnLine], controllers: &[&str], rel: &Path) ->
                 return Err(format!(
                     "relative linux.cgroupsPath {:?}: this process is in different cgroups per v1 hierarchy \
                      ({other}: {p}, {c}: {}); give an absolute cgroupsPath",
-                    rel,
-                    line.path
+                    rel, line.path
                 ))
             }
             Some(_) => {}

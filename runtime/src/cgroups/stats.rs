@@ -155,7 +155,12 @@ fn entry(d: &libcgroups::stats::MemoryData) -> MemoryEntry {
 
 fn blk(v: &[BlkioDeviceStat]) -> Vec<BlkioEntry> {
     v.iter()
-        .map(|s| BlkioEntry { major: s.major, minor: s.minor, op: s.op_type.clone().unwrap_or_default(), value: s.value })
+        .map(|s| BlkioEntry {
+            major: s.major,
+            minor: s.minor,
+            op: s.op_type.clone().unwrap_or_default(),
+            value: s.value,
+        })
         .collect()
 }
 
@@ -212,9 +217,7 @@ pub(crate) fn from_libcgroups(s: &Stats, cpus: &str, mems: &str, v2: bool) -> St
 }
 
 fn hugetlb(h: &HashMap<String, libcgroups::stats::HugeTlbStats>) -> BTreeMap<String, Hugetlb> {
-    h.iter()
-        .map(|(k, v)| (k.clone(), Hugetlb { usage: v.usage, max: v.max_usage, failcnt: v.fail_count }))
-        .collect()
+    h.iter().map(|(k, v)| (k.clone(), Hugetlb { usage: v.usage, max: v.max_usage, failcnt: v.fail_count })).collect()
 }
 
 /// Parses a cpuset list such as `0-2,4` (an unparsable part is skipped).

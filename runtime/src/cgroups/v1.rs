@@ -54,9 +54,9 @@ fn default_rules() -> impl Iterator<Item = LinuxDeviceCgroup> {
         d.set_allow(true).set_typ(Some(typ)).set_major(major).set_minor(minor).set_access(Some(access.into()));
         d
     };
-    let standard = DEFAULT_DEVICES.iter().map(move |&(_, major, minor)| {
-        rule(LinuxDeviceType::C, Some(major as i64), Some(minor as i64), "rwm")
-    });
+    let standard = DEFAULT_DEVICES
+        .iter()
+        .map(move |&(_, major, minor)| rule(LinuxDeviceType::C, Some(major as i64), Some(minor as i64), "rwm"));
     let allowances = [
         rule(LinuxDeviceType::C, None, None, "m"),
         rule(LinuxDeviceType::B, None, None, "m"),

@@ -20,7 +20,7 @@ use crate::namespaces::Plan;
 use crate::process::init::InitConfig;
 use crate::process::launch::{self, Host};
 use crate::spec::{self, Bundle};
-use crate::state::{now_rfc3339, proc_start_time, write_atomic, StateDir, Record, CONFIG_FILE, START_SOCKET};
+use crate::state::{now_rfc3339, proc_start_time, write_atomic, Record, StateDir, CONFIG_FILE, START_SOCKET};
 use crate::user::Ids;
 
 /// What `create` (and `run`) take besides the id.
@@ -74,7 +74,8 @@ impl Runtime {
         // caller's error and must leave nothing behind.
         let socket = match &opts.console_socket {
             Some(p) => Some(std::os::fd::OwnedFd::from(
-                std::os::unix::net::UnixStream::connect(p).map_err(|e| RuntimeError::io("connect to console socket", p, e))?,
+                std::os::unix::net::UnixStream::connect(p)
+                    .map_err(|e| RuntimeError::io("connect to console socket", p, e))?,
             )),
             None => None,
         };

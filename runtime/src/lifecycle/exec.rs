@@ -93,8 +93,9 @@ impl Container {
         if !o.caps.is_empty() {
             let mut c = p.capabilities().clone().unwrap_or_default();
             for name in &o.caps {
-                let cap: oci_spec::runtime::Capability = serde_json::from_value(serde_json::Value::String(name.clone()))
-                    .map_err(|_| RuntimeError::InvalidArgument(format!("unknown capability {name:?}")))?;
+                let cap: oci_spec::runtime::Capability =
+                    serde_json::from_value(serde_json::Value::String(name.clone()))
+                        .map_err(|_| RuntimeError::InvalidArgument(format!("unknown capability {name:?}")))?;
                 let add = |s: Option<oci_spec::runtime::Capabilities>| {
                     let mut s = s.unwrap_or_default();
                     s.insert(cap);
@@ -376,7 +377,11 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         joins,
         caps: Sets::from_spec(p.capabilities().as_ref())?,
         rlimits: crate::rlimits::from_spec(p.rlimits().as_ref())?,
-        ids: Ids { uid: user.uid(), gid: user.gid(), additional_gids: user.additional_gids().clone().unwrap_or_default() },
+        ids: Ids {
+            uid: user.uid(),
+            gid: user.gid(),
+            additional_gids: user.additional_gids().clone().unwrap_or_default(),
+        },
         umask: user.umask(),
         args,
         env: p.env().clone().unwrap_or_default(),

@@ -11,13 +11,15 @@ use crate::error::{Result, RuntimeError};
 /// Parses a signal as runc does: a number, `KILL` or `SIGKILL`, any case.
 pub fn parse_signal(s: &str) -> Result<i32> {
     if let Ok(n) = s.parse::<i32>() {
-        return if (1..=64).contains(&n) { Ok(n) } else { Err(RuntimeError::InvalidArgument(format!("invalid signal {s:?}"))) };
+        return if (1..=64).contains(&n) {
+            Ok(n)
+        } else {
+            Err(RuntimeError::InvalidArgument(format!("invalid signal {s:?}")))
+        };
     }
     let up = s.to_ascii_uppercase();
     let name = if up.starts_with("SIG") { up } else { format!("SIG{up}") };
-    name.parse::<Signal>()
-        .map(|s| s as i32)
-        .map_err(|_| RuntimeError::InvalidArgument(format!("unknown signal {s:?}")))
+    name.parse::<Signal>().map(|s| s as i32).map_err(|_| RuntimeError::InvalidArgument(format!("unknown signal {s:?}")))
 }
 
 impl Container {

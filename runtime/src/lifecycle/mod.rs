@@ -11,8 +11,8 @@ mod ps;
 mod run;
 mod start;
 mod state;
-mod usage;
 mod update;
+mod usage;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
-use crate::state::{StateDir, Record};
+use crate::state::{Record, StateDir};
 
 pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};

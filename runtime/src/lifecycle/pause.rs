@@ -17,9 +17,8 @@ impl Container {
     }
 
     pub(crate) fn cgroup_required(&self) -> Result<Cgroup> {
-        self.cgroup()?.ok_or_else(|| {
-            RuntimeError::InvalidState(format!("container {} has no cgroup recorded", self.rec.id))
-        })
+        self.cgroup()?
+            .ok_or_else(|| RuntimeError::InvalidState(format!("container {} has no cgroup recorded", self.rec.id)))
     }
 
     /// Freezes every process. The container must be running or created.

@@ -45,11 +45,8 @@ impl Runtime {
         let result = (|| {
             // A foreground terminal: init sends the pty master to us.
             let terminal = bundle.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
-            let pair = if opts.create.console_socket.is_none() && terminal {
-                Some(crate::tty::console_pair()?)
-            } else {
-                None
-            };
+            let pair =
+                if opts.create.console_socket.is_none() && terminal { Some(crate::tty::console_pair()?) } else { None };
             let mut c = self.create_from(id, &bundle, &opts.create, pair.as_ref().map(|p| &p.1))?;
             let master = match &pair {
                 Some((ours, _)) => match crate::tty::recv_fd(ours.as_raw_fd()) {

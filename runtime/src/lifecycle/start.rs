@@ -14,7 +14,9 @@ impl Container {
     pub fn start(&mut self) -> Result<()> {
         match self.status() {
             Status::Created => {}
-            Status::Stopped => return Err(RuntimeError::InvalidState("cannot start a container that has stopped".into())),
+            Status::Stopped => {
+                return Err(RuntimeError::InvalidState("cannot start a container that has stopped".into()))
+            }
             Status::Running | Status::Paused => {
                 return Err(RuntimeError::InvalidState("cannot start an already running container".into()))
             }

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::{Container, Runtime};
 use crate::error::{Result, RuntimeError};
-use crate::state::{proc_start_time, StateDir, Record, START_SOCKET};
+use crate::state::{proc_start_time, Record, StateDir, START_SOCKET};
 
 /// A container's status (runtime-spec plus runc's `paused`; never `creating`:
 /// a container being created is invisible until it is `created`).

@@ -48,17 +48,26 @@ impl UpdateFlags {
                 .transpose()
         };
         let mut r = LinuxResources::default();
-        let (limit, reservation, swap) =
-            (bytes("memory", &self.memory)?, bytes("memory-reservation", &self.memory_reservation)?, bytes("memory-swap", &self.memory_swap)?);
+        let (limit, reservation, swap) = (
+            bytes("memory", &self.memory)?,
+            bytes("memory-reservation", &self.memory_reservation)?,
+            bytes("memory-swap", &self.memory_swap)?,
+        );
         if limit.is_some() || reservation.is_some() || swap.is_some() {
             let mut m = LinuxMemory::default();
             m.set_limit(limit).set_reservation(reservation).set_swap(swap);
             r.set_memory(Some(m));
         }
         let f = self;
-        let cpu_set = f.cpu_period.is_some() || f.cpu_quota.is_some() || f.cpu_burst.is_some() || f.cpu_share.is_some()
-            || f.cpu_rt_period.is_some() || f.cpu_rt_runtime.is_some() || f.cpuset_cpus.is_some()
-            || f.cpuset_mems.is_some() || f.cpu_idle.is_some();
+        let cpu_set = f.cpu_period.is_some()
+            || f.cpu_quota.is_some()
+            || f.cpu_burst.is_some()
+            || f.cpu_share.is_some()
+            || f.cpu_rt_period.is_some()
+            || f.cpu_rt_runtime.is_some()
+            || f.cpuset_cpus.is_some()
+            || f.cpuset_mems.is_some()
+            || f.cpu_idle.is_some();
         if cpu_set {
             let mut c = LinuxCpu::default();
             c.set_period(f.cpu_period)
@@ -161,9 +170,15 @@ pub(crate) fn merge(base: &LinuxResources, upd: &LinuxResources) -> LinuxResourc
         b.set_weight(u.weight().or(old.weight()))
             .set_leaf_weight(u.leaf_weight().or(old.leaf_weight()))
             .set_weight_device(u.weight_device().clone().or(old.weight_device().clone()))
-            .set_throttle_read_bps_device(u.throttle_read_bps_device().clone().or(old.throttle_read_bps_device().clone()))
-            .set_throttle_write_bps_device(u.throttle_write_bps_device().clone().or(old.throttle_write_bps_device().clone()))
-            .set_throttle_read_iops_device(u.throttle_read_iops_device().clone().or(old.throttle_read_iops_device().clone()))
+            .set_throttle_read_bps_device(
+                u.throttle_read_bps_device().clone().or(old.throttle_read_bps_device().clone()),
+            )
+            .set_throttle_write_bps_device(
+                u.throttle_write_bps_device().clone().or(old.throttle_write_bps_device().clone()),
+            )
+            .set_throttle_read_iops_device(
+                u.throttle_read_iops_device().clone().or(old.throttle_read_iops_device().clone()),
+            )
             .set_throttle_write_iops_device(
                 u.throttle_write_iops_device().clone().or(old.throttle_write_iops_device().clone()),
             );
@@ -273,6 +288,9 @@ mod tests {
         assert_eq!(v["unified"], serde_json::json!({"memory.high": "90", "pids.max": "7"}));
         // An unlimited memory limit without a swap value lifts swap too.
         let v = serde_json::to_value(merge(&base, &res(serde_json::json!({"memory": {"limit": -1}})))).unwrap();
-        assert_eq!((v["memory"]["limit"].clone(), v["memory"]["swap"].clone()), (serde_json::json!(-1), serde_json::json!(-1)));
+        assert_eq!(
+            (v["memory"]["limit"].clone(), v["memory"]["swap"].clone()),
+            (serde_json::json!(-1), serde_json::json!(-1))
+        );
     }
 }

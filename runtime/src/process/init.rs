@@ -21,8 +21,8 @@
 //!  9. wait on start.sock; startContainer hooks; execve
 
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::sched::CloneFlags;
@@ -231,10 +231,7 @@ pub(crate) fn expect(chan: &Channel, want: Msg) -> Step {
 /// The sandbox layer asks, by annotation, for `lo` to be up in a new
 /// network namespace (runc leaves it down, and so does tinyrun otherwise).
 fn wants_loopback(spec: &Spec) -> bool {
-    spec.annotations()
-        .as_ref()
-        .and_then(|a| a.get(crate::sandbox::LOOPBACK_ANNOTATION))
-        .is_some_and(|v| v == "up")
+    spec.annotations().as_ref().and_then(|a| a.get(crate::sandbox::LOOPBACK_ANNOTATION)).is_some_and(|v| v == "up")
 }
 
 /// Moves this (single-threaded) process into its cgroup itself: see
@@ -388,10 +385,7 @@ pub(crate) fn refuse_runtime_binary(exe: &CString) -> Step {
     for _ in 0..5 {
         let Ok(st) = nix::sys::stat::stat(&path) else { return Ok(()) };
         if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino) {
-            return Err(format!(
-                "refusing to run the runtime's own binary ({}) inside the container",
-                path.display()
-            ));
+            return Err(format!("refusing to run the runtime's own binary ({}) inside the container", path.display()));
         }
         match interpreter(&path) {
             Some(next) => path = next,

@@ -208,18 +208,25 @@ fn write_id_maps(pid: Pid, spec: &Spec) -> Result<()> {
             .map(|m| format!("{} {} {}\n", m.container_id(), m.host_id(), m.size()))
             .collect::<String>()
     };
-    for (file, maps) in [("uid_map", linux.and_then(|l| l.uid_mappings().as_ref())), ("gid_map", linux.and_then(|l| l.gid_mappings().as_ref()))] {
+    for (file, maps) in [
+        ("uid_map", linux.and_then(|l| l.uid_mappings().as_ref())),
+        ("gid_map", linux.and_then(|l| l.gid_mappings().as_ref())),
+    ] {
         let text = fmt(maps);
         if text.is_empty() {
             continue;
         }
         let path = format!("/proc/{pid}/{file}");
         // The kernel takes the whole map in a single write.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .map_err(|e| RuntimeError::Sys(SysError::new("write", format_args!("{path} ({})", text.trim().replace('\n', "; ")), sys::io_errno(&e))))?;
+        std::fs::OpenOptions::new().write(true).open(&path).and_then(|mut f| f.write_all(text.as_bytes())).map_err(
+            |e| {
+                RuntimeError::Sys(SysError::new(
+                    "write",
+                    format_args!("{path} ({})", text.trim().replace('\n', "; ")),
+                    sys::io_errno(&e),
+                ))
+            },
+        )?;
     }
     Ok(())
 }

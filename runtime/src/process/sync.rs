@@ -40,8 +40,8 @@ use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::sys::socket::{
-    recv, recvmsg, send, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType,
+    recv, recvmsg, send, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType,
 };
 use serde::{Deserialize, Serialize};
 
@@ -96,7 +96,8 @@ pub(crate) fn pair() -> Result<(Channel, Channel), SysError> {
 
 impl Channel {
     pub(crate) fn send(&self, msg: &Msg) -> Result<(), SysError> {
-        let bytes = serde_json::to_vec(msg).map_err(|_| SysError::bare("encode sync message", nix::errno::Errno::EINVAL))?;
+        let bytes =
+            serde_json::to_vec(msg).map_err(|_| SysError::bare("encode sync message", nix::errno::Errno::EINVAL))?;
         loop {
             match send(self.fd.as_raw_fd(), &bytes, MsgFlags::MSG_NOSIGNAL) {
                 Err(nix::errno::Errno::EINTR) => continue,

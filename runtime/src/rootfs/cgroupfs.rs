@@ -31,7 +31,8 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
             .map_err(|e| e.to_string());
     }
     let base = flags & (MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC);
-    sys_mount(Some("tmpfs"), &fd_path(&target), Some("tmpfs"), base, Some("mode=755"), &shown).map_err(|e| e.to_string())?;
+    sys_mount(Some("tmpfs"), &fd_path(&target), Some("tmpfs"), base, Some("mode=755"), &shown)
+        .map_err(|e| e.to_string())?;
     // The runtime's view of the host's hierarchies, taken before the clone;
     // this mount namespace started as a copy of that one.
     for h in o.cgroup_hierarchies {
@@ -52,30 +53,55 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
         // cpu,cpuacct is also reachable as cpu and cpuacct.
         if name.contains(',') {
             for alias in name.split(',') {
-                let _ = nix::unistd::symlinkat(name.as_str(), Some(std::os::fd::AsRawFd::as_raw_fd(&reopen(root, dest)?)), alias);
+                let _ = nix::unistd::symlinkat(
+                    name.as_str(),
+                    Some(std::os::fd::AsRawFd::as_raw_fd(&reopen(root, dest)?)),
+                    alias,
+                );
             }
         }
     }
     if flags.contains(MsFlags::MS_RDONLY) {
         let fresh = root.open_in(dest, nix::fcntl::OFlag::O_PATH).map_err(|e| e.to_string())?;
-        sys_mount(None, &fd_path(&fresh), None, MsFlags::MS_REMOUNT | base | MsFlags::MS_RDONLY, Some("mode=755"), &shown)
-            .map_err(|e| e.to_string())?;
+        sys_mount(
+            None,
+            &fd_path(&fresh),
+            None,
+            MsFlags::MS_REMOUNT | base | MsFlags::MS_RDONLY,
+            Some("mode=755"),
+            &shown,
+        )
+        .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
 fn reopen(root: &Root, dest: &Path) -> Result<std::os::fd::OwnedFd> {
-    let fd = root.open_in(dest, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY).map_err(|e| e.to_string())?;
+    let fd =
+        root.open_in(dest, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY).map_err(|e| e.to_string())?;
     crate::sys::fs::reopen_dir(&fd).map_err(|e| e.to_string())
 }
 
-fn bind_host(root: &Root, dest: &Path, host_mount: &str, sub: &str, flags: MsFlags) -> std::result::Result<(), crate::error::SysError> {
+fn bind_host(
+    root: &Root,
+    dest: &Path,
+    host_mount: &str,
+    sub: &str,
+    flags: MsFlags,
+) -> std::result::Result<(), crate::error::SysError> {
     let src = format!("{host_mount}{sub}");
     let fd = root.mkdir_all(dest, 0o755)?;
     sys_mount(Some(&src), &fd_path(&fd), None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &root.describe(dest))?;
     if flags.contains(MsFlags::MS_RDONLY) {
         let fresh = root.open_in(dest, nix::fcntl::OFlag::O_PATH)?;
-        sys_mount(None, &fd_path(&fresh), None, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags, None, &root.describe(dest))?;
+        sys_mount(
+            None,
+            &fd_path(&fresh),
+            None,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
+            None,
+            &root.describe(dest),
+        )?;
     }
     Ok(())
 }

@@ -5,9 +5,9 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
 use nix::mount::MsFlags;
 use nix::sys::stat::{makedev, mknodat, Mode, SFlag};
-use nix::fcntl::AtFlags;
 use nix::unistd::{fchownat, Gid, Uid};
 use oci_spec::runtime::LinuxDeviceType;
 
@@ -55,11 +55,15 @@ pub(super) fn populate(root: &Root, o: &Options) -> Result<()> {
             LinuxDeviceType::C | LinuxDeviceType::U => SFlag::S_IFCHR,
             LinuxDeviceType::B => SFlag::S_IFBLK,
             LinuxDeviceType::P => SFlag::S_IFIFO,
-            LinuxDeviceType::A => return Err(format!("linux.devices {}: type \"a\" is not a device", d.path().display())),
+            LinuxDeviceType::A => {
+                return Err(format!("linux.devices {}: type \"a\" is not a device", d.path().display()))
+            }
         };
         let path = d.path().to_str().ok_or("linux.devices: path is not UTF-8")?.to_string();
-        let major = u64::try_from(d.major()).map_err(|_| format!("linux.devices {path}: major {} is negative", d.major()))?;
-        let minor = u64::try_from(d.minor()).map_err(|_| format!("linux.devices {path}: minor {} is negative", d.minor()))?;
+        let major =
+            u64::try_from(d.major()).map_err(|_| format!("linux.devices {path}: major {} is negative", d.major()))?;
+        let minor =
+            u64::try_from(d.minor()).map_err(|_| format!("linux.devices {path}: minor {} is negative", d.minor()))?;
         nodes.retain(|n| n.path != path);
         nodes.push(Node {
             path,

@@ -130,7 +130,8 @@ pub(crate) fn enter(root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
         }
     }
     if spec.root().as_ref().and_then(|r| r.readonly()).unwrap_or(false) {
-        let root_fd = crate::sys::fs::open_path(Path::new("/"), nix::fcntl::OFlag::O_PATH).map_err(|e| e.to_string())?;
+        let root_fd =
+            crate::sys::fs::open_path(Path::new("/"), nix::fcntl::OFlag::O_PATH).map_err(|e| e.to_string())?;
         let locked = crate::sys::mount::locked_flags(&root_fd);
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
         mount(None, "/", None, flags, None, "/").map_err(|e| format!("make root read-only: {e}"))?;

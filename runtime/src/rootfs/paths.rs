@@ -50,7 +50,10 @@ pub(super) fn mask(root: &Root, p: &Path) -> Result<()> {
 
 fn verify_null(fd: &std::os::fd::OwnedFd) -> Result<()> {
     let st = fstat(std::os::fd::AsRawFd::as_raw_fd(fd)).map_err(|e| e.to_string())?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFCHR || nix::sys::stat::major(st.st_rdev) != 1 || nix::sys::stat::minor(st.st_rdev) != 3 {
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR
+        || nix::sys::stat::major(st.st_rdev) != 1
+        || nix::sys::stat::minor(st.st_rdev) != 3
+    {
         return Err("/dev/null is not the null device".into());
     }
     Ok(())

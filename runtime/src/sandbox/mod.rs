@@ -15,7 +15,7 @@ mod pool;
 mod run;
 mod spec;
 
-pub(crate) use spec::LOOPBACK_ANNOTATION;
 pub use options::{parse_duration, parse_size, Preset, SandboxOptions};
 pub use pool::{fill as pool_fill, take as pool_take};
 pub use run::{exec, launch, list, run, run_pooled, shell, terminate, Output, SandboxResult};
+pub(crate) use spec::LOOPBACK_ANNOTATION;

@@ -29,7 +29,11 @@ impl std::str::FromStr for Preset {
             "small" => Preset::Small,
             "medium" => Preset::Medium,
             "large" => Preset::Large,
-            _ => return Err(RuntimeError::InvalidArgument(format!("unknown sandbox type {s:?} (nano|micro|small|medium|large)"))),
+            _ => {
+                return Err(RuntimeError::InvalidArgument(format!(
+                    "unknown sandbox type {s:?} (nano|micro|small|medium|large)"
+                )))
+            }
         })
     }
 }
@@ -100,7 +104,8 @@ impl SandboxOptions {
 
 /// `256M`, `1G`, `512k`, `1024` (bytes); binary multiples, as docker reads them.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let bad = || RuntimeError::InvalidArgument(format!("invalid size {s:?}: use a number with an optional k/M/G suffix"));
+    let bad =
+        || RuntimeError::InvalidArgument(format!("invalid size {s:?}: use a number with an optional k/M/G suffix"));
     let t = s.trim();
     let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {

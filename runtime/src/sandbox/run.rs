@@ -86,11 +86,16 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         let (err_r, err_w) = pipe_if(capture)?;
         let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDONLY)?;
         let stdio = capture.then(|| {
-            [devnull.as_raw_fd(), out_w.as_ref().map_or(1, |f| f.as_raw_fd()), err_w.as_ref().map_or(2, |f| f.as_raw_fd())]
+            [
+                devnull.as_raw_fd(),
+                out_w.as_ref().map_or(1, |f| f.as_raw_fd()),
+                err_w.as_ref().map_or(2, |f| f.as_raw_fd()),
+            ]
         });
         // The box dies with this process, even by SIGKILL: nothing would
         // be left to enforce its timeout.
-        let create = CreateOptions { bundle: bundle.clone(), detach: true, stdio, die_with_runtime: true, ..Default::default() };
+        let create =
+            CreateOptions { bundle: bundle.clone(), detach: true, stdio, die_with_runtime: true, ..Default::default() };
         let mut c = rt.create(&id, &create)?;
         drop((out_w, err_w));
         let pid = Pid::from_raw(c.pid());
@@ -145,10 +150,8 @@ fn wait_capturing(
         nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
     )
     .ok();
-    let mut pipes: Vec<(OwnedFd, bool)> = [(out, false), (err, true)]
-        .into_iter()
-        .filter_map(|(f, is_err)| f.map(|f| (f, is_err)))
-        .collect();
+    let mut pipes: Vec<(OwnedFd, bool)> =
+        [(out, false), (err, true)].into_iter().filter_map(|(f, is_err)| f.map(|f| (f, is_err))).collect();
     let mut exited = false;
     loop {
         if exited && pipes.is_empty() {
@@ -232,7 +235,11 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
         let (err_r, err_w) = pipe_if(capture)?;
         let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDONLY)?;
         let stdio = capture.then(|| {
-            [devnull.as_raw_fd(), out_w.as_ref().map_or(1, |f| f.as_raw_fd()), err_w.as_ref().map_or(2, |f| f.as_raw_fd())]
+            [
+                devnull.as_raw_fd(),
+                out_w.as_ref().map_or(1, |f| f.as_raw_fd()),
+                err_w.as_ref().map_or(2, |f| f.as_raw_fd()),
+            ]
         });
         let pid = c.exec_spawn(&ExecOptions {
             process: p,
@@ -347,7 +354,10 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
         spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle)?;
         let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDWR)?;
         let fd = devnull.as_raw_fd();
-        let mut c = rt.create(&id, &CreateOptions { bundle: bundle.clone(), detach: true, stdio: Some([fd, fd, fd]), ..Default::default() })?;
+        let mut c = rt.create(
+            &id,
+            &CreateOptions { bundle: bundle.clone(), detach: true, stdio: Some([fd, fd, fd]), ..Default::default() },
+        )?;
         c.start()
     })();
     if let Err(e) = made {

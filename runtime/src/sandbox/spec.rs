@@ -18,8 +18,17 @@ const ID_RANGE: u32 = 65_536;
 const HOST_DIRS: [&str; 7] = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 /// The few /etc entries programs need: the dynamic loader's cache, time
 /// zone, name service and certificate stores. Users come from our own files.
-const HOST_ETC: [&str; 9] =
-    ["ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "alternatives", "ssl", "ca-certificates", "mime.types"];
+const HOST_ETC: [&str; 9] = [
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "mime.types",
+];
 
 /// The seccomp allowlist shipped in bundles/profiles.
 const SECCOMP_PROFILE: &str = include_str!("../../../bundles/profiles/sandbox-seccomp.json");

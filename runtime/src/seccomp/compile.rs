@@ -4,7 +4,9 @@
 use std::io::{Read, Seek};
 
 use libseccomp::{ScmpAction, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall};
-use oci_spec::runtime::{LinuxSeccomp, LinuxSeccompAction as Act, LinuxSeccompArg, LinuxSeccompOperator as Op, LinuxSyscall};
+use oci_spec::runtime::{
+    LinuxSeccomp, LinuxSeccompAction as Act, LinuxSeccompArg, LinuxSeccompOperator as Op, LinuxSyscall,
+};
 
 use super::{action_name, flag_name, flag_supported, invalid, Filter, Listener, ARCHS};
 use crate::error::{Result, RuntimeError};
@@ -54,7 +56,10 @@ pub(crate) fn check(s: &LinuxSeccomp) -> Result<()> {
     }
     let killable = s.flags().iter().flatten().any(|f| flag_name(*f) == "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV");
     if killable && !notify {
-        return Err(invalid("linux.seccomp.flags", "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV needs an SCMP_ACT_NOTIFY rule"));
+        return Err(invalid(
+            "linux.seccomp.flags",
+            "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV needs an SCMP_ACT_NOTIFY rule",
+        ));
     }
     Ok(())
 }
@@ -177,7 +182,8 @@ fn filter_flags(s: &LinuxSeccomp) -> Result<u32> {
     for (i, f) in list.iter().enumerate() {
         let name = flag_name(*f);
         let field = format!("linux.seccomp.flags[{i}]");
-        let b = flag_bits(&name).ok_or_else(|| RuntimeError::unsupported(&field, format!("{name} is not known to tinyrun")))?;
+        let b = flag_bits(&name)
+            .ok_or_else(|| RuntimeError::unsupported(&field, format!("{name} is not known to tinyrun")))?;
         if !flag_supported(b) {
             return Err(RuntimeError::unsupported(field, format!("{name} is not supported by this kernel")));
         }

@@ -65,15 +65,8 @@ pub(crate) const ACTIONS: &[&str] = &[
 ];
 
 /// Operators tinyrun recognises in `syscalls[].args[].op`.
-pub(crate) const OPERATORS: &[&str] = &[
-    "SCMP_CMP_EQ",
-    "SCMP_CMP_GE",
-    "SCMP_CMP_GT",
-    "SCMP_CMP_LE",
-    "SCMP_CMP_LT",
-    "SCMP_CMP_MASKED_EQ",
-    "SCMP_CMP_NE",
-];
+pub(crate) const OPERATORS: &[&str] =
+    &["SCMP_CMP_EQ", "SCMP_CMP_GE", "SCMP_CMP_GT", "SCMP_CMP_LE", "SCMP_CMP_LT", "SCMP_CMP_MASKED_EQ", "SCMP_CMP_NE"];
 
 /// Filter flags tinyrun recognises in `flags`.
 pub(crate) const KNOWN_FLAGS: &[&str] = &[
@@ -200,11 +193,14 @@ pub(crate) fn diagnose(config: &[u8]) -> Option<String> {
     let s = v.get("linux")?.get("seccomp")?;
     let bad = |field: String, what: &str, value: &serde_json::Value, known: &[&str]| -> Option<String> {
         let name = value.as_str()?;
-        (!known.contains(&name)).then(|| format!("{field}: unknown seccomp {what} {name:?} (known: {})", known.join(", ")))
+        (!known.contains(&name))
+            .then(|| format!("{field}: unknown seccomp {what} {name:?} (known: {})", known.join(", ")))
     };
     let archs: Vec<&str> = ARCHS.iter().map(|(n, _)| *n).collect();
     let list = |key: &str| s.get(key).and_then(|x| x.as_array()).cloned().unwrap_or_default();
-    if let Some(m) = s.get("defaultAction").and_then(|a| bad("linux.seccomp.defaultAction".into(), "action", a, ACTIONS)) {
+    if let Some(m) =
+        s.get("defaultAction").and_then(|a| bad("linux.seccomp.defaultAction".into(), "action", a, ACTIONS))
+    {
         return Some(m);
     }
     for (i, a) in list("architectures").iter().enumerate() {
@@ -218,7 +214,9 @@ pub(crate) fn diagnose(config: &[u8]) -> Option<String> {
         }
     }
     for (i, call) in list("syscalls").iter().enumerate() {
-        if let Some(m) = call.get("action").and_then(|a| bad(format!("linux.seccomp.syscalls[{i}].action"), "action", a, ACTIONS)) {
+        if let Some(m) =
+            call.get("action").and_then(|a| bad(format!("linux.seccomp.syscalls[{i}].action"), "action", a, ACTIONS))
+        {
             return Some(m);
         }
         let args = call.get("args").and_then(|x| x.as_array()).cloned().unwrap_or_default();

@@ -33,8 +33,8 @@ struct ProcessState<'a> {
 /// The container process state for the agent; `state` is the container's
 /// State JSON (as hooks get it).
 pub(crate) fn process_state(listener: &Listener, pid: i32, state: &[u8]) -> Result<Vec<u8>> {
-    let state: serde_json::Value = serde_json::from_slice(state)
-        .map_err(|e| RuntimeError::InvalidSpec(format!("seccomp agent state: {e}")))?;
+    let state: serde_json::Value =
+        serde_json::from_slice(state).map_err(|e| RuntimeError::InvalidSpec(format!("seccomp agent state: {e}")))?;
     serde_json::to_vec(&ProcessState {
         oci_version: crate::SPEC_VERSION,
         fds: [SECCOMP_FD_NAME],
@@ -51,7 +51,13 @@ pub(crate) fn send(listener: &Listener, fd: BorrowedFd<'_>, payload: &[u8]) -> R
     let mut conn = UnixStream::connect(path).map_err(|e| RuntimeError::io("connect to seccomp agent at", path, e))?;
     let fds = [fd.as_raw_fd()];
     let sent = loop {
-        match sendmsg::<()>(conn.as_raw_fd(), &[IoSlice::new(payload)], &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None) {
+        match sendmsg::<()>(
+            conn.as_raw_fd(),
+            &[IoSlice::new(payload)],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(SysError::new("send seccomp fd to", path.display(), e).into()),
             Ok(n) => break n,

@@ -126,7 +126,9 @@ fn malformed_rules_are_refused_by_field() {
 fn notify_rules_need_a_listener_and_spare_the_handover() {
     let e = err(json!({"defaultAction": "SCMP_ACT_NOTIFY", "listenerPath": "/run/agent.sock"}));
     assert!(e.contains("linux.seccomp.defaultAction") && e.contains("SCMP_ACT_NOTIFY"), "{e}");
-    let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]}));
+    let e = err(
+        json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]}),
+    );
     assert!(e.contains("linux.seccomp.listenerPath"), "{e}");
     let e = err(json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/agent.sock",
         "syscalls": [{"names": ["mkdir", "sendmsg"], "action": "SCMP_ACT_NOTIFY"}]}));
@@ -146,8 +148,14 @@ fn notify_rules_need_a_listener_and_spare_the_handover() {
 fn unknown_names_in_config_json_are_reported_by_field() {
     let cfg = |s: serde_json::Value| serde_json::to_vec(&json!({"linux": {"seccomp": s}})).unwrap();
     let m = diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_FOO"}))).unwrap();
-    assert!(m.contains("linux.seccomp.defaultAction") && m.contains("SCMP_ACT_FOO") && m.contains("SCMP_ACT_ERRNO"), "{m}");
-    let m = diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_LOG", "SECCOMP_FILTER_FLAG_BOGUS"]}))).unwrap();
+    assert!(
+        m.contains("linux.seccomp.defaultAction") && m.contains("SCMP_ACT_FOO") && m.contains("SCMP_ACT_ERRNO"),
+        "{m}"
+    );
+    let m = diagnose(&cfg(
+        json!({"defaultAction": "SCMP_ACT_ALLOW", "flags": ["SECCOMP_FILTER_FLAG_LOG", "SECCOMP_FILTER_FLAG_BOGUS"]}),
+    ))
+    .unwrap();
     assert!(m.starts_with("linux.seccomp.flags[1]") && m.contains("SECCOMP_FILTER_FLAG_BOGUS"), "{m}");
     let m = diagnose(&cfg(json!({"defaultAction": "SCMP_ACT_ALLOW", "architectures": ["SCMP_ARCH_Z80"]}))).unwrap();
     assert!(m.contains("linux.seccomp.architectures[0]"), "{m}");
@@ -180,7 +188,11 @@ fn errno_rule_and_errno_ret_seen_by_a_child() {
         let pgid = errno_of(nix::unistd::getpgid(None));
         let sid = errno_of(nix::unistd::getsid(None));
         let me = kill(nix::unistd::getpid().as_raw(), None);
-        if pgid == libc::EPERM && sid == libc::EXDEV && me == 0 { 0 } else { 1 }
+        if pgid == libc::EPERM && sid == libc::EXDEV && me == 0 {
+            0
+        } else {
+            1
+        }
     });
     assert_eq!(st, WaitStatus::Exited(get_pid(&st), 0), "getpgid must fail EPERM, getsid EXDEV, kill pass");
 }
@@ -198,7 +210,11 @@ fn argument_conditions_seen_by_a_child() {
         let both = kill(0x7fff_3412, None); // (pid & 0xff00) == 0x3400 and sig == 0
         let only_pid = kill(0x7fff_3412, Some(Signal::SIGCONT));
         let only_sig = kill(NO_PID, None);
-        if both == libc::EXDEV && only_pid == libc::ESRCH && only_sig == libc::ESRCH { 0 } else { 1 }
+        if both == libc::EXDEV && only_pid == libc::ESRCH && only_sig == libc::ESRCH {
+            0
+        } else {
+            1
+        }
     });
     assert_eq!(st, WaitStatus::Exited(get_pid(&st), 0));
 }

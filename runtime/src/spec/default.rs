@@ -94,6 +94,11 @@ mod tests {
         crate::spec::validate(&r).unwrap();
         let l = r.linux().as_ref().unwrap();
         assert_eq!(l.uid_mappings().as_ref().unwrap()[0].host_id(), nix::unistd::geteuid().as_raw());
-        assert!(l.namespaces().as_ref().unwrap().iter().all(|n| n.typ() != oci_spec::runtime::LinuxNamespaceType::Network));
+        assert!(l
+            .namespaces()
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|n| n.typ() != oci_spec::runtime::LinuxNamespaceType::Network));
     }
 }

@@ -79,7 +79,8 @@ fn check_namespaces(spec: &Spec) -> Result<()> {
     }
     let new_user = nss.iter().any(|n| n.typ() == LinuxNamespaceType::User && n.path().is_none());
     let maps = linux.is_some_and(|l| {
-        l.uid_mappings().as_ref().is_some_and(|m| !m.is_empty()) || l.gid_mappings().as_ref().is_some_and(|m| !m.is_empty())
+        l.uid_mappings().as_ref().is_some_and(|m| !m.is_empty())
+            || l.gid_mappings().as_ref().is_some_and(|m| !m.is_empty())
     });
     if new_user && !maps {
         return Err(invalid("linux.uidMappings/gidMappings: a new user namespace needs id mappings"));
@@ -129,9 +130,7 @@ fn check_mounts(spec: &Spec) -> Result<()> {
 fn check_sysctl(spec: &Spec) -> Result<()> {
     let Some(linux) = spec.linux() else { return Ok(()) };
     let Some(sysctl) = linux.sysctl() else { return Ok(()) };
-    let private = |t: LinuxNamespaceType| {
-        linux.namespaces().as_ref().is_some_and(|v| v.iter().any(|n| n.typ() == t))
-    };
+    let private = |t: LinuxNamespaceType| linux.namespaces().as_ref().is_some_and(|v| v.iter().any(|n| n.typ() == t));
     for key in sysctl.keys() {
         let k = key.replace('/', ".");
         let ok = if k.starts_with("net.") {
@@ -139,9 +138,17 @@ fn check_sysctl(spec: &Spec) -> Result<()> {
         } else if k == "kernel.hostname" || k == "kernel.domainname" {
             private(LinuxNamespaceType::Uts)
         } else if k.starts_with("fs.mqueue.")
-            || ["kernel.msgmax", "kernel.msgmnb", "kernel.msgmni", "kernel.sem", "kernel.shmall", "kernel.shmmax",
-                "kernel.shmmni", "kernel.shm_rmid_forced"]
-                .contains(&k.as_str())
+            || [
+                "kernel.msgmax",
+                "kernel.msgmnb",
+                "kernel.msgmni",
+                "kernel.sem",
+                "kernel.shmall",
+                "kernel.shmmax",
+                "kernel.shmmni",
+                "kernel.shm_rmid_forced",
+            ]
+            .contains(&k.as_str())
         {
             private(LinuxNamespaceType::Ipc)
         } else {
@@ -294,7 +301,9 @@ mod tests {
     fn unimplemented_fields_are_named() {
         let e = err(serde_json::json!({"linux": {"personality": {"domain": "LINUX32"}}}));
         assert!(e.contains("linux.personality"), "{e}");
-        let e = err(serde_json::json!({"mounts": [{"destination": "/x", "type": "bind", "source": "/tmp", "options": ["rro"]}]}));
+        let e = err(
+            serde_json::json!({"mounts": [{"destination": "/x", "type": "bind", "source": "/tmp", "options": ["rro"]}]}),
+        );
         assert!(e.contains("mounts[/x].options"), "{e}");
     }
 

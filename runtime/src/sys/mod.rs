@@ -55,7 +55,8 @@ pub(crate) fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, Sy
     };
     if let Some(fd) = cgroup {
         args.flags |= CLONE_INTO_CGROUP;
-        args.cgroup = u64::try_from(fd).map_err(|_| SysError::new("clone3", format_args!("cgroup fd {fd}"), Errno::EBADF))?;
+        args.cgroup =
+            u64::try_from(fd).map_err(|_| SysError::new("clone3", format_args!("cgroup fd {fd}"), Errno::EBADF))?;
     }
     // SAFETY: with a zero stack, clone3 behaves like fork: the child resumes
     // here on a private copy of this (single-threaded) process. `args` lives
@@ -127,7 +128,8 @@ pub(crate) fn cloexec_from(first: u32) -> Result<(), SysError> {
         return Ok(());
     }
     // Kernels before 5.11 lack CLOSE_RANGE_CLOEXEC: walk /proc/self/fd.
-    let dir = std::fs::read_dir("/proc/self/fd").map_err(|e| SysError::new("read_dir", "/proc/self/fd", io_errno(&e)))?;
+    let dir =
+        std::fs::read_dir("/proc/self/fd").map_err(|e| SysError::new("read_dir", "/proc/self/fd", io_errno(&e)))?;
     let fds: Vec<RawFd> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     for fd in fds.into_iter().filter(|fd| *fd >= first as RawFd) {
         // SAFETY: F_SETFD on an fd number; a stale number only yields EBADF.

@@ -104,8 +104,23 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, String> 
 fn recursive_attr(o: &str) -> bool {
     matches!(
         o,
-        "rro" | "rrw" | "rnosuid" | "rsuid" | "rnodev" | "rdev" | "rnoexec" | "rexec" | "rnodiratime" | "rdiratime"
-            | "rrelatime" | "rnorelatime" | "rnoatime" | "ratime" | "rstrictatime" | "rnostrictatime" | "rnosymfollow"
+        "rro"
+            | "rrw"
+            | "rnosuid"
+            | "rsuid"
+            | "rnodev"
+            | "rdev"
+            | "rnoexec"
+            | "rexec"
+            | "rnodiratime"
+            | "rdiratime"
+            | "rrelatime"
+            | "rnorelatime"
+            | "rnoatime"
+            | "ratime"
+            | "rstrictatime"
+            | "rnostrictatime"
+            | "rnosymfollow"
             | "rsymfollow"
     )
 }

@@ -25,7 +25,12 @@ pub(crate) fn set_filter(prog: &[libc::sock_filter], flags: u32) -> Result<Optio
     // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel
     // copies the program and never writes through the pointer.
     let ret = unsafe {
-        libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, flags as libc::c_ulong, &fprog as *const libc::sock_fprog)
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags as libc::c_ulong,
+            &fprog as *const libc::sock_fprog,
+        )
     };
     if ret < 0 {
         return Err(SysError::new("seccomp(SECCOMP_SET_MODE_FILTER)", format_args!("flags={flags:#x}"), Errno::last()));
