@@ -176,12 +176,10 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
         Ok(()) => e,
         Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
     };
-    // On v1, init moves itself in (cheaper: see Cgroup::prepare_self_join);
-    // not from a new user namespace, whose root can't write the host's files.
-    let self_join = match plan.user_ns() {
-        true => None,
-        false => cgroup.prepare_self_join(&resources, &devices).map_err(|e| undo_cgroup(e.into()))?,
-    };
+    // On v1, init moves itself in (cheaper: see Cgroup::prepare_self_join).
+    // It does so first thing, still with the host's root uid even when it
+    // was cloned into a new user namespace, so the host's files let it.
+    let self_join = cgroup.prepare_self_join(&resources, &devices).map_err(|e| undo_cgroup(e.into()))?;
     cfg.cgroup_hierarchies = cgroup.hierarchies().to_vec();
     let mut clone_into = None;
     if let Some(sj) = self_join {
