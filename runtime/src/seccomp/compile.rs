@@ -162,7 +162,10 @@ pub(super) fn compile(s: &LinuxSeccomp) -> Result<Filter> {
     for (i, call) in calls.iter().enumerate() {
         add_rules(&mut ctx, i, call, default)?;
     }
-    let program = export(&ctx)?;
+    let mut program = export(&ctx)?;
+    if let Some(stub) = super::enosys::stub(default, calls) {
+        program.splice(0..0, stub);
+    }
     let listener = calls.iter().any(|c| c.action() == Act::ScmpActNotify).then(|| Listener {
         path: s.listener_path().clone().unwrap_or_default(),
         metadata: s.listener_metadata().clone(),

@@ -39,6 +39,7 @@
 //! (runc refuses it for `write`, for the same reason).
 
 mod compile;
+mod enosys;
 pub(crate) mod notify;
 
 use std::os::fd::OwnedFd;

@@ -198,6 +198,27 @@ fn errno_rule_and_errno_ret_seen_by_a_child() {
 }
 
 #[test]
+fn calls_newer_than_the_profile_get_enosys_in_a_child() {
+    // getppid is older than every call named here: the default (EPERM).
+    // pidfd_open is newer than all of them: ENOSYS, though the kernel has it.
+    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+        {"names": ["exit", "exit_group", "getpid"], "action": "SCMP_ACT_ALLOW"}]})))
+    .unwrap();
+    let st = in_child(&f, |_| {
+        // glibc's getppid can't fail, so it passes the kernel's -EPERM (-1)
+        // through without setting errno: -1 is the refusal either way.
+        let old = nix::unistd::getppid().as_raw();
+        // pid 0 would be EINVAL from the kernel itself.
+        let new = sys::pidfd_open(nix::unistd::Pid::from_raw(0)).err().map(|e| e.errno);
+        if old != -libc::EPERM {
+            return 2;
+        }
+        new.map_or(3, |e| if e == nix::errno::Errno::ENOSYS { 0 } else { 10 + e as i32 })
+    });
+    assert_eq!(st, WaitStatus::Exited(get_pid(&st), 0), "getppid must fail EPERM and pidfd_open ENOSYS");
+}
+
+#[test]
 fn argument_conditions_seen_by_a_child() {
     // Conditions on distinct arguments are ANDed; MASKED_EQ masks with
     // `value` and compares with `valueTwo`.
