@@ -33,13 +33,9 @@ use tinyrun_conformance::{cgroup_dirs, cmdline, require_root, shared_rootfs, Bun
 const KNOWN_BUGS: &[(&str, &str)] = &[
     (
         "pathrs-panic-on-emfile",
-        "with a few fds left (6-8 here) the runtime panics in pathrs (via libcgroups: \"at least one candidate \
-         /proc/thread-self path should work\") and aborts, leaving the state dir (and sometimes cgroup dirs) behind",
-    ),
-    (
-        "cleanup-needs-fds",
-        "when create fails for lack of fds, removing its own state dir fails the same way (it says so: \
-         \"clean-up also failed\") and the dir stays",
+        "with a few fds left (7-8 here) and limits that need libcgroups' v1 manager (memory, cpu), the runtime \
+         panics in pathrs (\"at least one candidate /proc/thread-self path should work\") and aborts, leaving \
+         the state dir (and sometimes cgroup dirs) behind",
     ),
     (
         "config RLIMIT_NOFILE soft 0",
@@ -57,9 +53,6 @@ fn known_bug(name: &str) -> (&'static str, &'static str) {
 fn fd_bug(o: &Out) -> Option<(&'static str, &'static str)> {
     if o.stderr.contains("panicked at") && o.stderr.contains("pathrs") {
         return Some(known_bug("pathrs-panic-on-emfile"));
-    }
-    if o.stderr.contains("clean-up also failed") && o.stderr.contains("Too many open files") {
-        return Some(known_bug("cleanup-needs-fds"));
     }
     None
 }

@@ -124,10 +124,30 @@ impl StateDir {
 
     /// Removes the directory and everything in it; the lock goes with it.
     pub(crate) fn remove(self) -> Result<()> {
-        std::fs::remove_dir_all(&self.dir).or_else(|e| match e.kind() {
+        let result = std::fs::remove_dir_all(&self.dir).or_else(|e| match e.raw_os_error() {
+            // Out of fds (a create that failed for that very reason): the
+            // files tinyrun makes here are known, and unlink and rmdir
+            // need no fd.
+            Some(libc::EMFILE | libc::ENFILE) => self.remove_known(),
+            _ => Err(e),
+        });
+        result.or_else(|e| match e.kind() {
             std::io::ErrorKind::NotFound => Ok(()),
             _ => Err(RuntimeError::io("remove state dir", &self.dir, e)),
         })
+    }
+
+    fn remove_known(&self) -> std::io::Result<()> {
+        let pid = std::process::id();
+        for name in [STATE_FILE, CONFIG_FILE, START_SOCKET] {
+            for file in [name.to_string(), format!(".{name}.{pid}")] {
+                match std::fs::remove_file(self.dir.join(file)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        std::fs::remove_dir(&self.dir)
     }
 }
 
