@@ -33,6 +33,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> ExitCode {
+    tinyrun::raise_nofile();
     let raw: Vec<String> = std::env::args().collect();
     // Built once: making clap's command tree is a good part of our startup.
     let command = args::Cli::command();

@@ -436,6 +436,32 @@ fn caller_fd_limit_64() {
     assert_nothing_left(&rt, rt.root(), &b2.id);
 }
 
+/// The runtime raises its own fd soft limit to the hard one (as runc does),
+/// but what it runs keeps the caller's when the config sets none: for the
+/// container's program and for an exec'd process alike.
+#[test]
+fn caller_nofile_reaches_the_program() {
+    require_root!();
+    let rt = Runtime::new("lim_pass");
+    let b = rt.bundle(&["/bin/sh", "-c", "/bin/probe rlimits; exec sleep 30"]);
+    b.config_mut(|c| {
+        c["process"].as_object_mut().unwrap().remove("rlimits");
+    });
+    let mut run = rt.spawn_cmd(limited(rt.command(&["run", "--bundle", b.path(), &b.id]), 40, 64, 0));
+    rt.wait_status(&b.id, "running");
+    let o = rt.output(limited(rt.command(&["exec", &b.id, "/bin/probe", "rlimits"]), 48, 64, 0));
+    let exec = o.expect_ok("exec").kv();
+    assert_eq!((exec["RLIMIT_NOFILE.soft"].as_str(), exec["RLIMIT_NOFILE.hard"].as_str()), ("48", "64"), "{exec:?}");
+    rt.run(&["kill", &b.id, "KILL"]).expect_ok("kill");
+    let inside = run.wait().kv();
+    assert_eq!(
+        (inside["RLIMIT_NOFILE.soft"].as_str(), inside["RLIMIT_NOFILE.hard"].as_str()),
+        ("40", "64"),
+        "{inside:?}"
+    );
+    assert_nothing_left(&rt, rt.root(), &b.id);
+}
+
 #[test]
 fn caller_fd_limit_sweep() {
     require_root!();

@@ -32,6 +32,7 @@ pub use lifecycle::{
 };
 pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;
+pub use rlimits::raise_nofile;
 
 /// The runtime-spec version this build implements.
 pub const SPEC_VERSION: &str = oci_spec::runtime::VERSION;

@@ -78,13 +78,33 @@ pub(crate) fn apply(limits: &[Limit]) -> Result<(), String> {
 }
 
 /// Lowers the file-descriptor soft limit to what the config asks, just
-/// before execve (lowering a soft limit needs no privilege).
+/// before execve (lowering a soft limit needs no privilege); without an
+/// RLIMIT_NOFILE in the config, back to the caller's (see [`raise_nofile`]).
 pub(crate) fn apply_final(limits: &[Limit]) -> Result<(), String> {
-    for l in limits.iter().filter(|l| l.resource == Resource::RLIMIT_NOFILE) {
-        setrlimit(l.resource, l.soft, l.hard)
-            .map_err(|e| format!("setrlimit {} soft={} hard={}: {e}", l.name, l.soft, l.hard))?;
+    let own = limits.iter().find(|l| l.resource == Resource::RLIMIT_NOFILE).copied();
+    let Some(l) = own.or_else(|| CALLER_NOFILE.get().map(|&(soft, hard)| Limit { soft, hard, ..NOFILE })) else {
+        return Ok(());
+    };
+    setrlimit(l.resource, l.soft, l.hard)
+        .map_err(|e| format!("setrlimit {} soft={} hard={}: {e}", l.name, l.soft, l.hard))
+}
+
+const NOFILE: Limit = Limit { resource: Resource::RLIMIT_NOFILE, name: "RLIMIT_NOFILE", soft: 0, hard: 0 };
+
+/// The caller's RLIMIT_NOFILE, when [`raise_nofile`] changed ours.
+static CALLER_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+
+/// Raises this process's file-descriptor soft limit to its hard limit, as
+/// every Go program (runc among them) does at start: a caller that leaves
+/// only a handful of fds would otherwise see libraries fail, or abort,
+/// half-way through a create. Containers and exec'd processes get the
+/// caller's soft limit back just before execve unless their config sets one,
+/// so nothing they see changes. Call it once, first thing.
+pub fn raise_nofile() {
+    let Ok((soft, hard)) = nix::sys::resource::getrlimit(Resource::RLIMIT_NOFILE) else { return };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        let _ = CALLER_NOFILE.set((soft, hard));
     }
-    Ok(())
 }
 
 #[cfg(test)]
