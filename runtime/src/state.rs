@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -74,7 +74,15 @@ impl StateDir {
             std::io::ErrorKind::AlreadyExists => RuntimeError::AlreadyExists(id.to_string()),
             _ => RuntimeError::io("create state dir", &dir, e),
         })?;
-        let lock = lock_dir(&dir)?;
+        let lock = match lock_dir(&dir)? {
+            Locked::Held(l) => l,
+            // A delete --force took it before our lock did, and maybe a
+            // create made it again: it is not ours to fill.
+            Locked::Gone => {
+                return Err(RuntimeError::io("lock state dir", &dir, std::io::Error::from_raw_os_error(libc::ENOENT)))
+            }
+            Locked::Replaced => return Err(RuntimeError::AlreadyExists(id.to_string())),
+        };
         Ok(StateDir { dir, _lock: Some(lock) })
     }
 
@@ -98,7 +106,12 @@ impl StateDir {
             }
             e => e,
         })?;
-        Ok(StateDir { dir, _lock: Some(lock) })
+        match lock {
+            Locked::Held(l) => Ok(StateDir { dir, _lock: Some(l) }),
+            // Removed while we waited (and maybe made again for another
+            // container): the one asked about is gone.
+            Locked::Gone | Locked::Replaced => Err(RuntimeError::NotFound(id.to_string())),
+        }
     }
 
     pub(crate) fn load(&self) -> Result<Record> {
@@ -151,10 +164,29 @@ impl StateDir {
     }
 }
 
-fn lock_dir(dir: &Path) -> Result<Flock<File>> {
+enum Locked {
+    Held(Flock<File>),
+    /// The directory was removed while we waited for its lock.
+    Gone,
+    /// ... and another one now stands at the same path.
+    Replaced,
+}
+
+/// Locks the directory at `dir`, and checks that it still stands there
+/// once the lock is ours: every later step names files by path, so a lock
+/// on a directory that a `delete --force` removed meanwhile would let this
+/// command read, fill or remove the next container made under that id.
+fn lock_dir(dir: &Path) -> Result<Locked> {
     let f = File::open(dir).map_err(|e| RuntimeError::io("open state dir", dir, e))?;
-    Flock::lock(f, FlockArg::LockExclusive)
-        .map_err(|(_, e)| RuntimeError::io("lock state dir", dir, std::io::Error::from(e)))
+    let lock = Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| RuntimeError::io("lock state dir", dir, std::io::Error::from(e)))?;
+    let held = lock.metadata().map_err(|e| RuntimeError::io("stat state dir", dir, e))?;
+    Ok(match std::fs::symlink_metadata(dir) {
+        Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => Locked::Held(lock),
+        Ok(_) => Locked::Replaced,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Locked::Gone,
+        Err(e) => return Err(RuntimeError::io("stat state dir", dir, e)),
+    })
 }
 
 /// Creates the state root: searchable but not listable by others (0711),
@@ -206,6 +238,26 @@ pub(crate) fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command waiting for the lock of a directory that is removed and made
+    /// again meanwhile must not go on with the new one (it would read, fill
+    /// or remove another container's files).
+    #[test]
+    fn a_lock_won_on_a_replaced_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("state");
+        let first = StateDir::create(&root, "a").unwrap();
+        let waiter = {
+            let root = root.clone();
+            std::thread::spawn(move || StateDir::open(&root, "a").map(|_| ()))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100)); // the waiter blocks in flock
+        std::fs::remove_dir_all(&first.dir).unwrap();
+        let second = StateDir::create(&root, "a").unwrap();
+        drop(first);
+        assert!(matches!(waiter.join().unwrap(), Err(RuntimeError::NotFound(_))));
+        assert!(second.dir.is_dir(), "the new container's directory is left alone");
+    }
 
     #[test]
     fn create_refuses_an_existing_id_and_remove_frees_it() {
