@@ -576,6 +576,7 @@ impl Cgroup {
         if let Some(m) = self.mgr.get() {
             return Ok(m);
         }
+        ensure_spare_fds()?;
         let cfg = CgroupConfig {
             cgroup_path: PathBuf::from(&self.recorded),
             systemd_cgroup: self.systemd,
@@ -594,6 +595,17 @@ impl Cgroup {
         let base = mount.map(|m| m.dir.clone()).unwrap_or_else(|| Path::new(ROOT).join(ctrl));
         base.join(self.recorded.trim_start_matches('/'))
     }
+}
+
+/// libcgroups reads procfs through pathrs, which holds several fds at once
+/// and aborts the process when it can't get them. Check there is room
+/// first, so an fd-starved caller gets an error instead.
+fn ensure_spare_fds() -> Result<()> {
+    const SPARE: usize = 4;
+    let probe: std::io::Result<Vec<std::fs::File>> = (0..SPARE).map(|_| std::fs::File::open("/dev/null")).collect();
+    probe.map(drop).map_err(|e| {
+        CgroupError::Path(format!("too few file descriptors left to apply cgroup limits (need {SPARE} spare): {e}"))
+    })
 }
 
 fn read_trim(p: &Path) -> String {
