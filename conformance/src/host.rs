@@ -66,7 +66,8 @@ pub(crate) fn remove_cgroup(id: &str) {
     }
 }
 
-fn cgroup_procs_recursive(dir: &Path) -> Vec<i32> {
+/// Pids in the cgroup directory `dir` and in its sub-cgroups.
+pub fn cgroup_procs_recursive(dir: &Path) -> Vec<i32> {
     let mut v: Vec<i32> = fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .lines()

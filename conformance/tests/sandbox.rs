@@ -37,7 +37,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tinyrun_conformance::{cmdline, kv, pid_alive, require_root, Out, Running, Runtime};
+use tinyrun_conformance::{cgroup_procs_recursive, cmdline, kv, pid_alive, require_root, Out, Running, Runtime};
 
 /// Tests share the host's fd table and mount table with the leak check; it takes this lock for
 /// writing, everyone else for reading.
@@ -143,29 +143,12 @@ fn sandbox_cgroups(id: &str) -> Vec<PathBuf> {
     roots.into_iter().map(|r| r.join("tinyrun-sandbox").join(id)).filter(|p| p.is_dir()).collect()
 }
 
-/// Pids in a cgroup directory and below.
-fn cgroup_procs(dir: &Path) -> Vec<i32> {
-    let mut v: Vec<i32> = fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    if let Ok(d) = fs::read_dir(dir) {
-        for e in d.filter_map(|e| e.ok()) {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                v.extend(cgroup_procs(&e.path()));
-            }
-        }
-    }
-    v
-}
-
 /// Kill what is in sandbox `id`'s cgroups (never pid 1 or ourselves) and rmdir them.
 fn remove_sandbox_cgroups(id: &str) {
     let me = std::process::id() as i32;
     for dir in sandbox_cgroups(id) {
         for _ in 0..40 {
-            let procs: Vec<i32> = cgroup_procs(&dir).into_iter().filter(|p| *p > 1 && *p != me).collect();
+            let procs: Vec<i32> = cgroup_procs_recursive(&dir).into_iter().filter(|p| *p > 1 && *p != me).collect();
             if procs.is_empty() {
                 break;
             }
@@ -357,7 +340,7 @@ impl Sbx {
         }
         for id in self.ids() {
             for d in sandbox_cgroups(&id) {
-                let procs = cgroup_procs(&d);
+                let procs = cgroup_procs_recursive(&d);
                 left.push(format!("cgroup {} (procs {procs:?})", d.display()));
             }
         }
@@ -1293,7 +1276,7 @@ for name, fam, typ in (("af_packet", socket.AF_PACKET, socket.SOCK_RAW), ("af_ne
 /// Processes in the cgroups of this test's sandboxes.
 fn box_procs(sb: &Sbx) -> Vec<i32> {
     let set: BTreeSet<i32> =
-        sb.ids().iter().flat_map(|id| sandbox_cgroups(id)).flat_map(|d| cgroup_procs(&d)).collect();
+        sb.ids().iter().flat_map(|id| sandbox_cgroups(id)).flat_map(|d| cgroup_procs_recursive(&d)).collect();
     set.into_iter().collect()
 }
 
