@@ -82,22 +82,14 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
     let _signals = Interrupts::block()?;
     let result = (|| {
         spec::write_bundle(&bundle, &id, opts, cmd)?;
-        let (out_r, out_w) = pipe_if(capture)?;
-        let (err_r, err_w) = pipe_if(capture)?;
-        let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDONLY)?;
-        let stdio = capture.then(|| {
-            [
-                devnull.as_raw_fd(),
-                out_w.as_ref().map_or(1, |f| f.as_raw_fd()),
-                err_w.as_ref().map_or(2, |f| f.as_raw_fd()),
-            ]
-        });
+        let mut io = Capture::new(capture)?;
+        let stdio = io.stdio();
         // The box dies with this process, even by SIGKILL: nothing would
         // be left to enforce its timeout.
         let create =
             CreateOptions { bundle: bundle.clone(), detach: true, stdio, die_with_runtime: true, ..Default::default() };
         let mut c = rt.create(&id, &create)?;
-        drop((out_w, err_w));
+        let (out_r, err_r) = io.readers();
         let pid = Pid::from_raw(c.pid());
         c.start()?;
         drop(c);
@@ -119,13 +111,39 @@ fn remove_dir(p: &Path) -> Result<()> {
     }
 }
 
-fn pipe_if(yes: bool) -> Result<(Option<OwnedFd>, Option<OwnedFd>)> {
-    if !yes {
-        return Ok((None, None));
+/// The box's stdio when its output is captured: /dev/null in, a pipe for
+/// each of stdout and stderr. Without capture the box shares ours.
+struct Capture {
+    devnull: Option<OwnedFd>,
+    out: Option<(OwnedFd, OwnedFd)>,
+    err: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl Capture {
+    fn new(capture: bool) -> Result<Capture> {
+        if !capture {
+            return Ok(Capture { devnull: None, out: None, err: None });
+        }
+        let pipe = || {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| RuntimeError::Sys(crate::error::SysError::bare("pipe", e)))
+        };
+        let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDONLY)?;
+        Ok(Capture { devnull: Some(devnull), out: Some(pipe()?), err: Some(pipe()?) })
     }
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| RuntimeError::Sys(crate::error::SysError::bare("pipe", e)))?;
-    Ok((Some(r), Some(w)))
+
+    /// What the box's fds 0, 1 and 2 become, if captured.
+    fn stdio(&self) -> Option<[std::os::fd::RawFd; 3]> {
+        let (null, out, err) = (self.devnull.as_ref()?, self.out.as_ref()?, self.err.as_ref()?);
+        Some([null.as_raw_fd(), out.1.as_raw_fd(), err.1.as_raw_fd()])
+    }
+
+    /// Our read ends, once the box has its copies of the write ends: ours
+    /// are closed here, so the reads see EOF when the box is done.
+    fn readers(&mut self) -> (Option<OwnedFd>, Option<OwnedFd>) {
+        self.devnull = None;
+        (self.out.take().map(|(r, _)| r), self.err.take().map(|(r, _)| r))
+    }
 }
 
 enum Waited {
@@ -231,16 +249,8 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
             ..Default::default()
         })?;
         p.set_cwd("/work".into());
-        let (out_r, out_w) = pipe_if(capture)?;
-        let (err_r, err_w) = pipe_if(capture)?;
-        let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDONLY)?;
-        let stdio = capture.then(|| {
-            [
-                devnull.as_raw_fd(),
-                out_w.as_ref().map_or(1, |f| f.as_raw_fd()),
-                err_w.as_ref().map_or(2, |f| f.as_raw_fd()),
-            ]
-        });
+        let mut io = Capture::new(capture)?;
+        let stdio = io.stdio();
         let pid = c.exec_spawn(&ExecOptions {
             process: p,
             detach: true,
@@ -251,7 +261,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
             ignore_paused: false,
             stdio,
         })?;
-        drop((out_w, err_w));
+        let (out_r, err_r) = io.readers();
         finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)
     })();
     // Removing the used box and starting its replacement happen after the
