@@ -59,17 +59,24 @@ fn omitted_namespaces_are_shared() {
     assert_ne!(ns["mnt"], own_ns("mnt"));
 }
 
-/// `{"type":"network","path":P}` joins the namespace bound at P (how CNI-managed pods work).
-#[test]
-fn join_network_namespace_by_path() {
-    require_root!();
-    let rt = Runtime::new("joinnetns");
+/// A new network namespace kept alive by a bind mount on a file in the test's
+/// scratch dir (unmounted by the harness); its path and inode number.
+fn bound_netns(rt: &Runtime) -> (std::path::PathBuf, u64) {
     let nsfile = rt.tempdir().join("netns");
     std::fs::write(&nsfile, "").unwrap();
     let st = Command::new("unshare").arg(format!("--net={}", nsfile.display())).arg("true").status().expect("unshare");
     assert!(st.success(), "unshare --net=FILE failed");
     rt.track_mount(&nsfile);
     let inode = std::fs::metadata(&nsfile).unwrap().ino();
+    (nsfile, inode)
+}
+
+/// `{"type":"network","path":P}` joins the namespace bound at P (how CNI-managed pods work).
+#[test]
+fn join_network_namespace_by_path() {
+    require_root!();
+    let rt = Runtime::new("joinnetns");
+    let (nsfile, inode) = bound_netns(&rt);
     assert_ne!(format!("net:[{inode}]"), own_ns("net"));
 
     let b = rt.bundle(&[]);
@@ -93,12 +100,7 @@ fn join_network_namespace_by_path() {
 fn new_user_namespace_with_a_joined_network_namespace() {
     require_root!();
     let rt = Runtime::new("usernetjoin");
-    let nsfile = rt.tempdir().join("netns");
-    std::fs::write(&nsfile, "").unwrap();
-    let st = Command::new("unshare").arg(format!("--net={}", nsfile.display())).arg("true").status().expect("unshare");
-    assert!(st.success(), "unshare --net=FILE failed");
-    rt.track_mount(&nsfile);
-    let inode = std::fs::metadata(&nsfile).unwrap().ino();
+    let (nsfile, inode) = bound_netns(&rt);
     let b = rt.bundle(&[]);
     let path = nsfile.to_str().unwrap().to_string();
     b.config_mut(|c| {
