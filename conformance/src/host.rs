@@ -83,7 +83,9 @@ pub fn cgroup_procs_recursive(dir: &Path) -> Vec<i32> {
     v
 }
 
-fn rmdir_tree(dir: &Path) {
+/// rmdir of a cgroup directory and its sub-cgroups, deepest first; what
+/// fails (other than being gone already) is reported, not fatal.
+pub fn rmdir_tree(dir: &Path) {
     if let Ok(d) = fs::read_dir(dir) {
         for e in d.filter_map(|e| e.ok()) {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -92,7 +94,9 @@ fn rmdir_tree(dir: &Path) {
         }
     }
     if let Err(e) = fs::remove_dir(dir) {
-        eprintln!("cleanup: rmdir {}: {e}", dir.display());
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("cleanup: rmdir {}: {e}", dir.display());
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use bundle::{shared_rootfs, Bundle};
-pub use host::{cgroup_dirs, cgroup_procs_recursive, cmdline, mounts_under, pid_alive};
+pub use host::{cgroup_dirs, cgroup_procs_recursive, cmdline, mounts_under, pid_alive, rmdir_tree};
 pub use runtime::{Out, Running, Runtime};
 
 /// How long one runtime invocation may take before the test fails (`TINYRUN_TIMEOUT`, seconds).

@@ -71,6 +71,19 @@ fn bound_netns(rt: &Runtime) -> (std::path::PathBuf, u64) {
     (nsfile, inode)
 }
 
+/// Points the bundle's network namespace at `nsfile`; returns the path as given.
+fn join_netns_at(b: &Bundle, nsfile: &std::path::Path) -> String {
+    let path = nsfile.to_str().unwrap().to_string();
+    b.config_mut(|c| {
+        for ns in c["linux"]["namespaces"].as_array_mut().unwrap() {
+            if ns["type"] == "network" {
+                ns["path"] = path.clone().into();
+            }
+        }
+    });
+    path
+}
+
 /// `{"type":"network","path":P}` joins the namespace bound at P (how CNI-managed pods work).
 #[test]
 fn join_network_namespace_by_path() {
@@ -80,14 +93,7 @@ fn join_network_namespace_by_path() {
     assert_ne!(format!("net:[{inode}]"), own_ns("net"));
 
     let b = rt.bundle(&[]);
-    let path = nsfile.to_str().unwrap().to_string();
-    b.config_mut(|c| {
-        for ns in c["linux"]["namespaces"].as_array_mut().unwrap() {
-            if ns["type"] == "network" {
-                ns["path"] = path.clone().into();
-            }
-        }
-    });
+    let path = join_netns_at(&b, &nsfile);
     let ns = container_ns(&rt, &b);
     assert_eq!(ns["net"], format!("net:[{inode}]"), "must join the namespace at {path}");
     assert_ne!(ns["uts"], own_ns("uts"), "the other namespaces are still new");
@@ -102,13 +108,8 @@ fn new_user_namespace_with_a_joined_network_namespace() {
     let rt = Runtime::new("usernetjoin");
     let (nsfile, inode) = bound_netns(&rt);
     let b = rt.bundle(&[]);
-    let path = nsfile.to_str().unwrap().to_string();
+    let path = join_netns_at(&b, &nsfile);
     b.config_mut(|c| {
-        for ns in c["linux"]["namespaces"].as_array_mut().unwrap() {
-            if ns["type"] == "network" {
-                ns["path"] = path.clone().into();
-            }
-        }
         c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
         c["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
         c["linux"]["gidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);

@@ -37,7 +37,9 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tinyrun_conformance::{cgroup_procs_recursive, cmdline, kv, pid_alive, require_root, Out, Running, Runtime};
+use tinyrun_conformance::{
+    cgroup_procs_recursive, cmdline, kv, pid_alive, require_root, rmdir_tree, Out, Running, Runtime,
+};
 
 /// Tests share the host's fd table and mount table with the leak check; it takes this lock for
 /// writing, everyone else for reading.
@@ -158,21 +160,6 @@ fn remove_sandbox_cgroups(id: &str) {
             std::thread::sleep(Duration::from_millis(50));
         }
         rmdir_tree(&dir);
-    }
-}
-
-fn rmdir_tree(dir: &Path) {
-    if let Ok(d) = fs::read_dir(dir) {
-        for e in d.filter_map(|e| e.ok()) {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                rmdir_tree(&e.path());
-            }
-        }
-    }
-    if let Err(e) = fs::remove_dir(dir) {
-        if e.kind() != ErrorKind::NotFound {
-            eprintln!("cleanup: rmdir {}: {e}", dir.display());
-        }
     }
 }
 
