@@ -16,6 +16,7 @@
 
 mod bundle;
 mod host;
+mod known_bugs;
 mod runtime;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 pub use bundle::{shared_rootfs, Bundle};
 pub use host::{cgroup_dirs, cgroup_procs_recursive, cmdline, mounts_under, pid_alive, rmdir_tree};
+pub use known_bugs::{excuse_known_bugs, strict, KnownBug};
 pub use runtime::{Out, Running, Runtime};
 
 /// How long one runtime invocation may take before the test fails (`TINYRUN_TIMEOUT`, seconds).

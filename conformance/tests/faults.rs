@@ -19,15 +19,15 @@
 //!
 //! Each test prints one row per case: what was killed where (the trace line of the interrupted
 //! call), the runtime's exit, what `state` said, what was on disk before `delete --force`, and
-//! the verdict. A failure that shows the symptom of a runtime bug found by this file (see
-//! [`KNOWN_BUGS`]) is reported (`KNOWN BUG`) without failing the test, unless
-//! `TINYRUN_STRICT=1` (the `conformance/faults` script sets it), so CI stays green while the bug
-//! is open. Each test ends with the list of known bugs it saw.
+//! the verdict. A failure that shows the symptom of an open runtime bug listed in [`KNOWN_BUGS`]
+//! is reported (`KNOWN BUG`) without failing the test, unless `TINYRUN_STRICT=1`
+//! (`conformance/run-all` and `conformance/faults` set it, so CI fails on it). Each test ends
+//! with the list of known bugs it saw.
 //!
 //! Kill points after the clone are found by a calibration run first (`create` under strace,
 //! nothing injected): "the sendto that carries Committed" becomes `sendto ... when=N`, so the
 //! cases follow changes to the create protocol. A point the calibration cannot find is skipped
-//! with a note.
+//! with a note, or fails under `TINYRUN_STRICT=1` (a strict run must try every point).
 
 use std::fs;
 use std::path::Path;
@@ -35,41 +35,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tinyrun_conformance::{cgroup_dirs, cmdline, pid_alive, require_root, skip, Bundle, Out, Runtime};
+use tinyrun_conformance::{
+    cgroup_dirs, cmdline, pid_alive, require_root, skip, strict, Bundle, KnownBug, Out, Runtime,
+};
 
-/// Known runtime bugs, recognised by their symptom in a case's verdict (not by case name: the
-/// create protocol changes, and which step shows which bug moves with it):
-/// (short name, matcher, the bug in one line).
-type Symptom = fn(&str) -> bool;
-const KNOWN_BUGS: &[(&str, Symptom, &str)] = &[
-    (
-        "cgroup-left-without-record",
-        |e| {
-            e.starts_with("state: does not exist")
-                && e.contains("after delete --force: left behind")
-                && e.contains("cgroup dirs [\"")
-        },
-        "cgroup dirs made before state.json is written are left behind by `delete --force`: with no record, \
-         delete removes only the state dir (config.json, which names cgroupsPath, is already there)",
-    ),
-    (
-        "init-holds-state-lock",
-        |e| e.contains("hung for more than"),
-        "init inherits the runtime's locked state-dir fd (flock on a shared open file description); when \
-         create dies after init detached but before its explicit unlock, init holds the lock until it execs, \
-         so state/start/kill/delete --force on the id block forever",
-    ),
-    (
-        "start-sock-lies",
-        |e| e.contains("state: created, but init") && e.contains("has already exec'd"),
-        "init execs on any connection to start.sock, even one that sends nothing; when `start` dies after \
-         connect, start.sock stays, so `state` says created while the program runs, and `start` then fails",
-    ),
-];
-
-fn strict() -> bool {
-    std::env::var("TINYRUN_STRICT").is_ok_and(|v| v == "1")
-}
+/// Runtime bugs this file found that are still open, recognised by their symptom in a case's
+/// verdict (not by case name: the create protocol changes, and which step shows which bug moves
+/// with it). Delete an entry when its bug is fixed.
+const KNOWN_BUGS: &[KnownBug] = &[];
 
 /// The kill points are tinyrun's syscalls; another runtime (runc as the oracle) makes others.
 fn skip_unless_tinyrun() -> bool {
@@ -321,12 +294,12 @@ fn case(
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
         }
     }
-    let bug = verdict.as_ref().err().and_then(|e| KNOWN_BUGS.iter().find(|(_, m, _)| m(e)));
+    let bug = verdict.as_ref().err().and_then(|e| KnownBug::find(KNOWN_BUGS, e));
     let (mark, text, failed) = match (&verdict, bug) {
         (Ok(v), _) => ("ok", v.clone(), false),
-        (Err(e), Some((name, _, why))) => {
-            seen_bug(name);
-            ("KNOWN BUG", format!("{e}\n      bug {name}: {why}"), strict())
+        (Err(e), Some(bug)) => {
+            seen_bug(bug.name);
+            ("KNOWN BUG", format!("{e}\n      bug {}: {}", bug.name, bug.why), strict())
         }
         (Err(e), None) => ("FAIL", e.clone(), true),
     };
@@ -406,15 +379,12 @@ impl Calibration {
         None
     }
 
-    /// The strace arguments that kill the runtime at that call, or None (and a note).
-    fn kill_at(&self, syscall: &str, needle: &str) -> Option<Vec<String>> {
-        let when = self.when(syscall, needle);
-        if when.is_none() {
-            eprintln!("SKIP: calibration: no {syscall} call with {needle:?} in create; the protocol changed?");
-        }
-        when.map(|w| {
-            strs(&["-e", &format!("trace={syscall}"), "-e", &format!("inject={syscall}:signal=KILL:when={w}")])
-        })
+    /// The strace arguments that kill the runtime at that call, or Err(why not).
+    fn kill_at(&self, syscall: &str, needle: &str) -> Result<Vec<String>, String> {
+        let w = self.when(syscall, needle).ok_or_else(|| {
+            format!("calibration: no {syscall} call with {needle:?} in create; the protocol changed?")
+        })?;
+        Ok(strs(&["-e", &format!("trace={syscall}"), "-e", &format!("inject={syscall}:signal=KILL:when={w}")]))
     }
 }
 
@@ -462,8 +432,15 @@ fn runtime_killed_at_each_step_of_create() {
         ("create/after-Detached", "flock", "LOCK_UN"),
     ];
     for (name, syscall, needle) in points {
-        if let Some(args) = cal.kill_at(syscall, needle) {
-            results.push(case(name, no_prepare, |rt, b| create_under(rt, b, args)));
+        match cal.kill_at(syscall, needle) {
+            Ok(args) => results.push(case(name, no_prepare, |rt, b| create_under(rt, b, args))),
+            // A point not found is a case not tried: a strict run must try them all.
+            Err(e) if strict() => {
+                let row = format!("{name:<28} FAIL: {e}");
+                eprintln!("{row}");
+                results.push(Err(row));
+            }
+            Err(e) => eprintln!("SKIP {name}: {e}"),
         }
     }
     results.push(case("create/in-createRuntime-hook", no_prepare, |rt, b| {
