@@ -56,18 +56,39 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// Return from the current test (printing why) unless running as root. CI runs as root.
+/// True under `TINYRUN_REQUIRE_ROOT=1` (CI sets it): a test that lacks root, or a tool
+/// `conformance/install-deps` installs, fails instead of printing SKIP and passing, so a CI
+/// that silently lost root or a package cannot stay green.
+pub fn prerequisites_required() -> bool {
+    std::env::var("TINYRUN_REQUIRE_ROOT").is_ok_and(|v| v == "1")
+}
+
+/// Return from the current test (printing why) unless running as root; under
+/// `TINYRUN_REQUIRE_ROOT=1` fail instead. CI runs as root.
 #[macro_export]
 macro_rules! require_root {
     () => {
         if !$crate::is_root() {
-            eprintln!("SKIP: this test needs root (CI runs it as root)");
-            return;
+            $crate::missing_prerequisite!("this test needs root (CI runs it as root)");
         }
     };
 }
 
-/// Return from the current test, printing the reason (for `requires(feature)` gating).
+/// Return from the current test, printing the reason, because the host lacks something every CI
+/// run has (root, a package `conformance/install-deps` installs). Under
+/// `TINYRUN_REQUIRE_ROOT=1` this fails the test instead (see [`prerequisites_required`]).
+#[macro_export]
+macro_rules! missing_prerequisite {
+    ($($arg:tt)*) => {{
+        let why = format!($($arg)*);
+        assert!(!$crate::prerequisites_required(), "TINYRUN_REQUIRE_ROOT=1, but {why}");
+        eprintln!("SKIP: {why}");
+        return;
+    }};
+}
+
+/// Return from the current test, printing the reason (for `requires(feature)` gating: a host
+/// without the feature, which no switch turns into a failure).
 #[macro_export]
 macro_rules! skip {
     ($($arg:tt)*) => {{

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tinyrun_conformance::{
-    cgroup_dirs, cmdline, pid_alive, require_root, skip, strict, Bundle, KnownBug, Out, Runtime,
+    cgroup_dirs, cmdline, missing_prerequisite, pid_alive, require_root, strict, Bundle, KnownBug, Out, Runtime,
 };
 
 /// Runtime bugs this file found that are still open, recognised by their symptom in a case's
@@ -392,7 +392,7 @@ impl Calibration {
 fn runtime_killed_at_each_step_of_create() {
     require_root!();
     if !have_strace() {
-        skip!("strace is not installed (apt-get install strace)");
+        missing_prerequisite!("strace is not installed (conformance/install-deps installs it)");
     }
     if skip_unless_tinyrun() {
         return;
@@ -458,7 +458,7 @@ fn runtime_killed_at_each_step_of_create() {
 fn init_killed_at_each_stage() {
     require_root!();
     if !have_strace() {
-        skip!("strace is not installed (apt-get install strace)");
+        missing_prerequisite!("strace is not installed (conformance/install-deps installs it)");
     }
     if skip_unless_tinyrun() {
         return;
@@ -527,7 +527,7 @@ fn init_killed_at_each_stage() {
 fn runtime_killed_at_each_step_of_start_and_run() {
     require_root!();
     if !have_strace() {
-        skip!("strace is not installed (apt-get install strace)");
+        missing_prerequisite!("strace is not installed (conformance/install-deps installs it)");
     }
     if skip_unless_tinyrun() {
         return;
