@@ -11,7 +11,8 @@
 //!   `/proc/self/fd/N` never leaves the rootfs, for init and for `exec --cwd`.
 //! * Symlinks in a writable rootfs pointing at host paths (mount destinations, absolute and
 //!   relative, `/dev` and `/proc` themselves, `/dev/null` and `/dev/console`, masked and read-only
-//!   paths): the host path stays untouched (no mount in the host's mountinfo, nothing created or
+//!   paths), and mount destinations through a `/proc/self/fd/N` magic link to a host directory:
+//!   the host path stays untouched (no mount in the host's mountinfo, nothing created or
 //!   changed), and either create fails cleanly or the effect lands inside the rootfs.
 //! * From inside a default container (runc's default capabilities, noNewPrivileges): mount, module
 //!   loading, reboot, reaching host processes, writing /proc/sys and /sys, raw sockets, mknod.
@@ -723,6 +724,93 @@ fn proc_symlink_to_host_dir() {
         }
     };
     escape("proc-symlink", "rootfs /proc replaced by a symlink to a host dir", &format!("{saw}; host dir untouched"));
+}
+
+/// Mount destinations that reach a host directory through a `/proc/self/fd/N` magic link of the
+/// process building the rootfs. The runtime is started with fds 3-12 open on a host directory (a
+/// careless caller; `--preserve-fds` hands such fds on on purpose), and the config mounts `/proc`
+/// first, as every default config does, so while the later mounts are made
+/// `<rootfs>/proc/self/fd/N` is a real magic link to that directory. Tried: a rootfs symlink
+/// `/evil -> /proc/self/fd/3` under a tmpfs destination, the same through fd 4 under a file bind
+/// destination, and a destination spelled `/proc/self/fd/7/sub` in config.json. Following the
+/// link would make the mount point (`sub`, `file`) in the host directory: in-root resolution must
+/// refuse the magic link (ELOOP; EXDEV is the kernel's own refusal under RESOLVE_IN_ROOT), or
+/// resolve it inside the rootfs.
+#[test]
+fn magic_link_mount_destinations_refused() {
+    require_root!();
+    let rt = Runtime::new("escmagic");
+    let src_file = rt.work().join("bind-src");
+    fs::write(&src_file, "bound\n").unwrap();
+    let tmpfs = |dest: &str| json!({"destination": dest, "type": "tmpfs", "source": "tmpfs"});
+    let bind = json!({"destination": "/evil/file", "type": "bind", "source": src_file, "options": ["bind", "ro"]});
+    let cases = [
+        ("/evil -> /proc/self/fd/3, tmpfs at /evil/sub", Some("/proc/self/fd/3"), &[][..], tmpfs("/evil/sub")),
+        ("/evil -> /proc/self/fd/4, file bind at /evil/file", Some("/proc/self/fd/4"), &[][..], bind),
+        (
+            "tmpfs at /proc/self/fd/7/sub, --preserve-fds 10",
+            None,
+            &["--preserve-fds", "10"][..],
+            tmpfs("/proc/self/fd/7/sub"),
+        ),
+    ];
+    let (mut saw, mut escaped) = (Vec::new(), Vec::new());
+    for (what, link, flags, mount) in cases {
+        let host = HostDir::new(&rt);
+        let dirfd = File::open(&host.dir).unwrap();
+        let b = rt.bundle(&["/bin/sh", "-c", "probe mounts; echo MAGIC-DONE"]);
+        assert_eq!(b.config()["mounts"][0]["destination"], "/proc", "{what}: the attack needs /proc mounted first");
+        let rootfs = b.writable_rootfs();
+        if let Some(target) = link {
+            std::os::unix::fs::symlink(target, rootfs.join("evil")).unwrap();
+        }
+        let dest = mount["destination"].as_str().unwrap().to_string();
+        b.add_mount(mount);
+        let mut args = vec!["create"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--bundle", b.path(), &b.id]);
+        let mut cmd = rt.command(&args);
+        leak_canary_fds(&mut cmd, &dirfd);
+        let o = rt.output(cmd);
+        let r = if o.ok() {
+            rt.run(&["start", &b.id]).expect_ok("start");
+            rt.wait_status(&b.id, "stopped");
+            Ok(o.stdout_now())
+        } else {
+            assert!(o.code().is_some(), "{what}\n{o}");
+            rt.assert_nothing_left(&b.id);
+            Err(first_line(&o.stderr))
+        };
+        if let Err(e) = host.check(what) {
+            // Every case is tried before failing, so one run shows each case's outcome.
+            escaped.push(e.clone());
+            saw.push(format!("[{what}] HOST WRITTEN: {e}"));
+            continue;
+        }
+        let s = match r {
+            Ok(out) => {
+                assert!(out.contains("MAGIC-DONE"), "{what}: {out}");
+                "ran, mount inside the rootfs".to_string()
+            }
+            Err(e) => {
+                assert!(e.contains(&dest), "{what}: the error names the destination: {e}");
+                // Refused for meeting the magic link, not for something else that would leave
+                // the link untried.
+                if !rt.is_runc() {
+                    let magic = ["ELOOP", "EXDEV"];
+                    assert!(magic.iter().any(|m| e.contains(m)), "{what}: refused, but not at the magic link: {e}");
+                }
+                format!("refused ({e})")
+            }
+        };
+        saw.push(format!("[{what}] {s}"));
+    }
+    escape(
+        "magic-link-destination",
+        "mount destinations through /proc/self/fd/N magic links to a host dir (fds 3-12 inherited by the runtime)",
+        &format!("{}; host dirs untouched: {}", saw.join("; "), escaped.is_empty()),
+    );
+    assert!(escaped.is_empty(), "a magic link led a mount out of the rootfs: {escaped:#?}");
 }
 
 /// maskedPaths entries that are symlinks to a host file and a host dir, and a readonlyPaths entry
