@@ -17,6 +17,7 @@
 mod bundle;
 mod host;
 mod runtime;
+pub mod terminal;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

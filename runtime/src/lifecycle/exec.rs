@@ -14,6 +14,7 @@ use crate::capabilities::Sets;
 use crate::error::{Result, RuntimeError, SysError};
 use crate::namespaces::{self, Join};
 use crate::process::exec_init::{self, ExecConfig};
+use crate::process::finalize::ProcessConfig;
 use crate::process::sync::{self, Msg};
 use crate::sys::{self, Forked};
 use crate::user::Ids;
@@ -162,14 +163,19 @@ impl Container {
         };
         let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };
         let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
-        let mut cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
+        let mut cfg = ExecConfig {
+            joins,
+            stdio: opts.stdio,
+            cgroup_tasks: Vec::new(),
+            cgroup_unified: None,
+            process: process_config(&opts.process, opts.preserve_fds, console)?,
+        };
         // A foreground terminal takes our window size before the program
         // runs (the relay would copy it only afterwards).
-        if pair.is_some() && cfg.console_size.is_none() {
-            cfg.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
+        if pair.is_some() && cfg.process.console_size.is_none() {
+            cfg.process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
         }
-        cfg.stdio = opts.stdio;
-        cfg.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
+        cfg.process.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
         // The new process moves itself into the container's cgroup (see
         // Cgroup::prepare_self_join); the hybrid cgroup2 part by clone3.
         let cgroup = self.cgroup()?;
@@ -248,6 +254,8 @@ impl Container {
             restore.push(Join { typ: j.typ, fd: namespaces::open_own(ns_name(j.typ))? });
             namespaces::setns(j)?;
         }
+        // Born non-dumpable: see launch::launch (CVE-2019-5736).
+        sys::set_non_dumpable()?;
         let mut forked = sys::clone_fork(0, clone_into.map(|f| f.as_raw_fd()));
         if forked.is_err() && clone_into.is_some() {
             // The child then joins that hierarchy by writing cgroup.procs.
@@ -292,7 +300,7 @@ impl Container {
     /// Hands an exec'd process's seccomp notification fd to the agent, with
     /// the container's state (as runc does for `exec`).
     fn seccomp_agent(&self, cfg: &ExecConfig, pid: Pid, fd: &OwnedFd) -> Result<()> {
-        let Some(listener) = cfg.seccomp.as_ref().and_then(|f| f.listener()) else {
+        let Some(listener) = cfg.process.seccomp.as_ref().and_then(|f| f.listener()) else {
             return Err(RuntimeError::Exec("sent a seccomp fd, but no listenerPath is configured".into()));
         };
         let status = self.status().to_string();
@@ -355,16 +363,12 @@ fn check_process(p: &Process) -> Result<()> {
     if !p.cwd().is_absolute() {
         return Err(RuntimeError::InvalidArgument(format!("process.cwd {:?} is not an absolute path", p.cwd())));
     }
-    if p.selinux_label().as_ref().is_some_and(|l| !l.is_empty()) {
-        return Err(RuntimeError::unsupported("process.selinuxLabel", "SELinux is not supported"));
-    }
-    if p.apparmor_profile().as_ref().is_some_and(|l| !l.is_empty()) {
-        return Err(RuntimeError::unsupported("process.apparmorProfile", "AppArmor is not supported"));
-    }
-    Ok(())
+    // Applied like init's (runc's exec runs under the container's profile
+    // and label), so refused only where the host can't apply them.
+    crate::lsm::check_process(p)
 }
 
-fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option<i32>) -> Result<ExecConfig> {
+fn process_config(p: &Process, preserve_fds: u32, console: Option<i32>) -> Result<ProcessConfig> {
     let args = p
         .args()
         .iter()
@@ -373,8 +377,7 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|_| RuntimeError::InvalidArgument("process.args: an argument contains a NUL byte".into()))?;
     let user = p.user();
-    Ok(ExecConfig {
-        joins,
+    Ok(ProcessConfig {
         caps: Sets::from_spec(p.capabilities().as_ref())?,
         rlimits: crate::rlimits::from_spec(p.rlimits().as_ref())?,
         ids: Ids {
@@ -390,10 +393,9 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         preserved_fds: preserve_fds,
         console,
         console_size: p.console_size().as_ref().map(crate::tty::console_size),
-        stdio: None,
         seccomp: None,
-        cgroup_tasks: Vec::new(),
-        cgroup_unified: None,
+        apparmor: p.apparmor_profile().clone().filter(|s| !s.is_empty()),
+        selinux: p.selinux_label().clone().filter(|s| !s.is_empty()),
     })
 }
 

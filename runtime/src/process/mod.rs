@@ -2,6 +2,7 @@
 //! it, and the script it runs.
 
 pub(crate) mod exec_init;
+pub(crate) mod finalize;
 pub(crate) mod foreground;
 pub(crate) mod init;
 pub(crate) mod launch;

@@ -138,6 +138,36 @@ pub(crate) fn cloexec_from(first: u32) -> Result<(), SysError> {
     Ok(())
 }
 
+/// Closes every fd from `first` on except those in `keep`, with
+/// `close_range(2)` over the gaps between them.
+///
+/// # Preconditions
+/// No value that will still be dropped owns a closed fd (it would close a
+/// later fd that reused the number).
+pub(crate) fn close_fds_except(first: u32, keep: &[RawFd]) -> Result<(), SysError> {
+    let mut keep: Vec<u32> = keep.iter().filter_map(|fd| u32::try_from(*fd).ok()).filter(|fd| *fd >= first).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut from = first;
+    for k in keep {
+        if k > from {
+            close_range(from, k - 1)?;
+        }
+        from = k + 1;
+    }
+    close_range(from, u32::MAX)
+}
+
+fn close_range(first: u32, last: u32) -> Result<(), SysError> {
+    // SAFETY: plain syscall with integer arguments; the caller vouches that
+    // nothing it will use again refers to these fds.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    if ret < 0 {
+        return Err(SysError::new("close_range", format_args!("{first}..={last}"), Errno::last()));
+    }
+    Ok(())
+}
+
 /// `setdomainname(2)`, which nix does not wrap.
 pub(crate) fn setdomainname(name: &str) -> Result<(), SysError> {
     // SAFETY: the pointer and length describe `name`'s bytes, which outlive the call.
@@ -230,6 +260,25 @@ pub(crate) fn get_winsize(fd: RawFd) -> Result<nix::pty::Winsize, Errno> {
     // SAFETY: TIOCGWINSZ writes one Winsize through a valid pointer.
     unsafe { ioctl_get_winsize(fd, &mut ws) }?;
     Ok(ws)
+}
+
+nix::ioctl_write_int_bad!(ioctl_get_peer, libc::TIOCGPTPEER);
+
+/// TIOCGPTPEER: opens the slave of pty master `master` from the master
+/// itself, read-write, without making it a controlling terminal.
+pub(crate) fn pty_peer(master: RawFd) -> Result<OwnedFd, Errno> {
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: TIOCGPTPEER takes open flags as an integer and returns a new fd.
+    let fd = unsafe { ioctl_get_peer(master, flags) }?;
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Makes this process non-dumpable: its /proc files become root's, and
+/// /proc/<pid>/exe, /mem and the like can't be opened by others without
+/// CAP_SYS_PTRACE. A clone inherits it.
+pub(crate) fn set_non_dumpable() -> Result<(), SysError> {
+    nix::sys::prctl::set_dumpable(false).map_err(|e| SysError::bare("prctl(PR_SET_DUMPABLE, 0)", e))
 }
 
 /// TIOCSCTTY: make `fd` (a pty slave) the session's controlling terminal.
