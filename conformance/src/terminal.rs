@@ -100,9 +100,7 @@ fn pending_input(slave: &OwnedFd) -> String {
 
 /// Field 7 of /proc/<pid>/stat: the controlling terminal's device number, 0 for none.
 pub fn tty_nr(pid: i32) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(4)?.parse().ok()
+    crate::host::proc_stat_fields(pid)?.get(4)?.parse().ok()
 }
 
 /// The kernel lets a process TIOCSTI its own controlling terminal without privilege

@@ -86,6 +86,12 @@ pub enum RuntimeError {
     /// A failure followed by a failed clean-up: both are reported.
     #[error("{error} (clean-up also failed: {cleanup})")]
     WithCleanup { error: Box<RuntimeError>, cleanup: Box<RuntimeError> },
+    /// The calling process has threads: cloning it would copy locks that
+    /// another thread holds into a child that can never release them.
+    #[error(
+        "tinyrun creates processes by cloning its caller, which must be single-threaded; this process has {0} threads"
+    )]
+    NotSingleThreaded(u64),
     /// Bad arguments from the caller (a signal name, a pid file path).
     #[error("{0}")]
     InvalidArgument(String),

@@ -130,6 +130,20 @@ impl Plan {
 }
 
 /// `setns(2)` naming the namespace type in the error.
+/// The namespace's name under /proc/<pid>/ns.
+pub(crate) fn proc_name(t: LinuxNamespaceType) -> &'static str {
+    match t {
+        LinuxNamespaceType::Mount => "mnt",
+        LinuxNamespaceType::Cgroup => "cgroup",
+        LinuxNamespaceType::Uts => "uts",
+        LinuxNamespaceType::Ipc => "ipc",
+        LinuxNamespaceType::User => "user",
+        LinuxNamespaceType::Pid => "pid",
+        LinuxNamespaceType::Network => "net",
+        LinuxNamespaceType::Time => "time",
+    }
+}
+
 pub(crate) fn setns(j: &Join) -> Result<(), SysError> {
     nix::sched::setns(&j.fd, flag(j.typ)).map_err(|e| SysError::new("setns", format_args!("{} namespace", j.typ), e))
 }

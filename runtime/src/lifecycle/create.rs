@@ -70,6 +70,7 @@ impl Runtime {
         opts: &CreateOptions,
         console: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Container> {
+        crate::process::ensure_single_threaded()?;
         check_terminal(bundle, opts)?;
         // Connect before anything exists: a bad socket path is the
         // caller's error and must leave nothing behind.
@@ -236,7 +237,12 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
 fn bind_start_socket(path: &Path, dir: &Path) -> Result<std::os::fd::OwnedFd> {
     let dirfd = std::fs::File::open(dir).map_err(|e| RuntimeError::io("open", dir, e))?;
     let short = format!("{}/{START_SOCKET}", crate::sys::fs::fd_path(&dirfd));
-    let l = UnixListener::bind(&short).map_err(|e| RuntimeError::io("bind start socket", path, e))?;
+    // A connection is what starts the container: only our own user may
+    // make one, whatever umask the caller has (the state dir is 0711).
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(&short);
+    nix::sys::stat::umask(old);
+    let l = bound.map_err(|e| RuntimeError::io("bind start socket", path, e))?;
     Ok(l.into())
 }
 

@@ -127,6 +127,7 @@ impl Container {
     }
 
     fn exec_inner(self, opts: &ExecOptions) -> Result<(Pid, i32)> {
+        crate::process::ensure_single_threaded()?;
         match self.status() {
             Status::Stopped => return Err(RuntimeError::InvalidState("cannot exec in a stopped container".into())),
             Status::Paused if !opts.ignore_paused => {
@@ -218,7 +219,7 @@ impl Container {
         let mut joins = Vec::new();
         let mut parent = Vec::new();
         for ns in nss {
-            let name = ns_name(ns.typ());
+            let name = namespaces::proc_name(ns.typ());
             let theirs = PathBuf::from(format!("/proc/{}/ns/{name}", self.rec.pid));
             if ns.typ() == LinuxNamespaceType::User && same_ns(&theirs, name) {
                 continue;
@@ -251,7 +252,7 @@ impl Container {
         let (ours, theirs) = sync::pair()?;
         let mut restore = Vec::new();
         for j in parent_joins {
-            restore.push(Join { typ: j.typ, fd: namespaces::open_own(ns_name(j.typ))? });
+            restore.push(Join { typ: j.typ, fd: namespaces::open_own(namespaces::proc_name(j.typ))? });
             namespaces::setns(j)?;
         }
         // Born non-dumpable: see launch::launch (CVE-2019-5736).
@@ -335,19 +336,6 @@ impl Container {
 fn unreachable_child() -> ! {
     // clone_fork returned Child above and that branch never returns.
     sys::exit_child(255)
-}
-
-fn ns_name(t: LinuxNamespaceType) -> &'static str {
-    match t {
-        LinuxNamespaceType::Mount => "mnt",
-        LinuxNamespaceType::Cgroup => "cgroup",
-        LinuxNamespaceType::Uts => "uts",
-        LinuxNamespaceType::Ipc => "ipc",
-        LinuxNamespaceType::User => "user",
-        LinuxNamespaceType::Pid => "pid",
-        LinuxNamespaceType::Network => "net",
-        LinuxNamespaceType::Time => "time",
-    }
 }
 
 fn same_ns(theirs: &Path, name: &str) -> bool {

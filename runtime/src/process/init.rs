@@ -343,10 +343,8 @@ pub(crate) fn refuse_runtime_binary(exe: &CString) -> Step {
 
 /// The interpreter named by a `#!` line, if `path` starts with one.
 fn interpreter(path: &Path) -> Option<PathBuf> {
-    use std::io::Read;
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
-    let line = head[..n].strip_prefix(b"#!")?;
+    let head = rootfs::image::read_head(path, 256)?;
+    let line = head.strip_prefix(b"#!")?;
     let line = line.split(|b| *b == b'\n').next()?;
     let word = line.split(|b| *b == b' ' || *b == b'\t').find(|w| !w.is_empty())?;
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(word)))

@@ -165,8 +165,7 @@ fn died(pid: Pid) -> String {
 fn clone_init(spec: &Spec, plan: &namespaces::Plan, cgroup: Option<std::os::fd::RawFd>) -> Result<Forked> {
     let mut restore = Vec::new();
     for j in &plan.parent_joins {
-        let name = if j.typ == LinuxNamespaceType::Pid { "pid" } else { "time" };
-        restore.push(namespaces::Join { typ: j.typ, fd: namespaces::open_own(name)? });
+        restore.push(namespaces::Join { typ: j.typ, fd: namespaces::open_own(namespaces::proc_name(j.typ))? });
         namespaces::setns(j)?;
     }
     #[allow(clippy::cast_sign_loss, reason = "flag bits, none of them the sign bit")]

@@ -1,6 +1,7 @@
 //! Small named checks on a parsed spec, run in order before anything is made.
 
 use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
@@ -130,7 +131,13 @@ fn check_mounts(spec: &Spec) -> Result<()> {
 fn check_sysctl(spec: &Spec) -> Result<()> {
     let Some(linux) = spec.linux() else { return Ok(()) };
     let Some(sysctl) = linux.sysctl() else { return Ok(()) };
-    let private = |t: LinuxNamespaceType| linux.namespaces().as_ref().is_some_and(|v| v.iter().any(|n| n.typ() == t));
+    // Listed, and not joined by a path that is the runtime's own (the host's)
+    // namespace: `/proc/1/ns/net` is as shared as no entry at all.
+    let private = |t: LinuxNamespaceType| {
+        linux.namespaces().as_ref().is_some_and(|v| {
+            v.iter().any(|n| n.typ() == t && n.path().as_deref().is_none_or(|p| !is_own_namespace(t, p)))
+        })
+    };
     for key in sysctl.keys() {
         let k = key.replace('/', ".");
         let ok = if k.starts_with("net.") {
@@ -161,6 +168,16 @@ fn check_sysctl(spec: &Spec) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `path` names the namespace of type `t` this process is in.
+fn is_own_namespace(t: LinuxNamespaceType, path: &std::path::Path) -> bool {
+    let own = format!("/proc/self/ns/{}", crate::namespaces::proc_name(t));
+    match (std::fs::metadata(path), std::fs::metadata(own)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        // A path that can't be read fails later, naming it.
+        _ => false,
+    }
 }
 
 fn check_hooks(spec: &Spec) -> Result<()> {
@@ -295,6 +312,13 @@ mod tests {
         validate(&ok).unwrap();
         let e = err(serde_json::json!({"linux": {"sysctl": {"vm.overcommit_memory": "1"}}}));
         assert!(e.contains("vm.overcommit_memory"), "{e}");
+        // Joining our own (the host's) namespace by path shares it all the same.
+        for (ns, key) in [("net", "net.ipv4.ip_forward"), ("ipc", "kernel.shmmax"), ("uts", "kernel.domainname")] {
+            let typ = if ns == "net" { "network" } else { ns };
+            let e = err(serde_json::json!({"linux": {
+                "namespaces": [{"type": typ, "path": format!("/proc/self/ns/{ns}")}], "sysctl": {key: "1"}}}));
+            assert!(e.contains(key) && e.contains("shared with the host"), "{e}");
+        }
     }
 
     #[test]

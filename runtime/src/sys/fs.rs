@@ -155,6 +155,12 @@ pub(crate) fn open_path(path: &Path, flags: OFlag) -> Result<OwnedFd, SysError> 
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens `path` (resolved from the cwd and root as usual) without following
+/// magic links such as `/proc/self/fd/N`.
+pub(crate) fn open_no_magiclinks(path: &Path, flags: OFlag) -> Result<OwnedFd, Errno> {
+    openat2(libc::AT_FDCWD, path, flags, libc::RESOLVE_NO_MAGICLINKS)
+}
+
 /// Reads a procfs or cgroupfs file whole. They report a size of 0, so
 /// `read_to_string` would start from a 32-byte probe and grow, paying a
 /// system call per doubling; one page-sized buffer takes most in one read.
