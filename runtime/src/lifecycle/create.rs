@@ -71,6 +71,7 @@ impl Runtime {
         console: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Container> {
         crate::process::ensure_single_threaded()?;
+        crate::exe::require_sealed(crate::exe::needed_for_create(&bundle.spec)?)?;
         check_terminal(bundle, opts)?;
         // Connect before anything exists: a bad socket path is the
         // caller's error and must leave nothing behind.
@@ -210,6 +211,7 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
             own_pid_ns: plan.is_new(LinuxNamespaceType::Pid),
             cgroup_path: Some(cgroup.recorded().to_string()),
             init_exe: crate::state::proc_exe(pid.as_raw()),
+            ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, plan.other_user_ns()),
         };
         lock.save(&rec)?;
         if let Some(p) = &opts.pid_file {

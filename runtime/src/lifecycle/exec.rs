@@ -126,7 +126,7 @@ impl Container {
         self.exec_inner(&ExecOptions { detach: true, ..opts.clone() }).map(|(pid, _)| pid)
     }
 
-    fn exec_inner(self, opts: &ExecOptions) -> Result<(Pid, i32)> {
+    fn exec_inner(mut self, opts: &ExecOptions) -> Result<(Pid, i32)> {
         crate::process::ensure_single_threaded()?;
         match self.status() {
             Status::Stopped => return Err(RuntimeError::InvalidState("cannot exec in a stopped container".into())),
@@ -138,6 +138,8 @@ impl Container {
             _ => {}
         }
         check_process(&opts.process)?;
+        let spec = self.config()?;
+        self.seal_if_needed(&spec, &opts.process)?;
         let terminal = opts.process.terminal().unwrap_or(false);
         match (terminal, opts.detach, opts.console_socket.is_some()) {
             (true, true, false) => {
@@ -152,7 +154,6 @@ impl Container {
             }
             _ => {}
         }
-        let spec = self.config()?;
         let (joins, parent_joins) = self.namespace_fds(&spec)?;
         let socket: Option<OwnedFd> = match &opts.console_socket {
             Some(p) => Some(
@@ -209,6 +210,22 @@ impl Container {
             let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         }
         result
+    }
+
+    /// CVE-2019-5736 (see `exe`): the exec'd process runs the runtime's
+    /// binary in the container until its execve. It must be a sealed copy
+    /// when the container has no pid namespace of its own, or when some
+    /// process of it (this one included: recorded first) may hold
+    /// CAP_SYS_PTRACE over the runtime.
+    fn seal_if_needed(&mut self, spec: &oci_spec::runtime::Spec, p: &Process) -> Result<()> {
+        let caps = Sets::from_spec(p.capabilities().as_ref())?;
+        let ptrace = crate::exe::could_ptrace_runtime(&caps, crate::exe::other_user_ns(spec));
+        crate::exe::require_sealed(!self.rec.own_pid_ns || self.rec.ptrace_possible || ptrace)?;
+        if ptrace && !self.rec.ptrace_possible {
+            self.rec.ptrace_possible = true;
+            self.lock.save(&self.rec)?;
+        }
+        Ok(())
     }
 
     /// Opens the init's namespaces: (joined by the child, joined by us

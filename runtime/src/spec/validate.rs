@@ -1,7 +1,6 @@
 //! Small named checks on a parsed spec, run in order before anything is made.
 
 use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
 
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
@@ -135,7 +134,7 @@ fn check_sysctl(spec: &Spec) -> Result<()> {
     // namespace: `/proc/1/ns/net` is as shared as no entry at all.
     let private = |t: LinuxNamespaceType| {
         linux.namespaces().as_ref().is_some_and(|v| {
-            v.iter().any(|n| n.typ() == t && n.path().as_deref().is_none_or(|p| !is_own_namespace(t, p)))
+            v.iter().any(|n| n.typ() == t && n.path().as_deref().is_none_or(|p| !crate::namespaces::is_own_path(t, p)))
         })
     };
     for key in sysctl.keys() {
@@ -168,16 +167,6 @@ fn check_sysctl(spec: &Spec) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Whether `path` names the namespace of type `t` this process is in.
-fn is_own_namespace(t: LinuxNamespaceType, path: &std::path::Path) -> bool {
-    let own = format!("/proc/self/ns/{}", crate::namespaces::proc_name(t));
-    match (std::fs::metadata(path), std::fs::metadata(own)) {
-        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-        // A path that can't be read fails later, naming it.
-        _ => false,
-    }
 }
 
 fn check_hooks(spec: &Spec) -> Result<()> {
