@@ -140,6 +140,11 @@ pub(crate) fn enter(root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
         let locked = crate::sys::mount::locked_flags(&root_fd);
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
         mount(None, "/", None, flags, None, "/").map_err(|e| format!("make root read-only: {e}"))?;
+        // Fail closed: a root that is still writable must not run anything.
+        let st = nix::sys::statvfs::statvfs("/").map_err(|e| format!("statvfs /: {e}"))?;
+        if !st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+            return Err("root.readonly: the root is still writable after the read-only remount".into());
+        }
     }
     Ok(())
 }
