@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -299,10 +300,31 @@ static int usage(void)
 		"usage: probe VERB [ARG]\n"
 		"  hostname | ids | caps | fds | mounts | cwd | env | rlimits | pid\n"
 		"  ns | oom | stat PATH | write PATH | sleep SECONDS | exit N\n"
-		"  signal-self SIG | sysctl NAME | cat PATH\n"
+		"  signal-self SIG | sysctl NAME | cat PATH | tiocsti TEXT\n"
 		"exit status: 0 ok, 1 operation failed (message on stderr),\n"
 		"  2 usage error, 3 signal-self survived its signal\n");
 	return 2;
+}
+
+/*
+ * Push TEXT and a newline into the input queue of the terminal on stdin, as
+ * if typed there (TIOCSTI): what an escape from a box tries first. Prints
+ * tiocsti=ok, or the error of the first refused character.
+ */
+static int do_tiocsti(const char *text)
+{
+	static const char nl = '\n';
+
+	for (const char *p = text;; p++) {
+		if (ioctl(0, TIOCSTI, *p ? p : &nl) < 0) {
+			printf("tiocsti=%s\n", errname(errno));
+			return 0;
+		}
+		if (!*p)
+			break;
+	}
+	printf("tiocsti=ok\n");
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -311,7 +333,8 @@ int main(int argc, char **argv)
 	const char *arg = argc > 2 ? argv[2] : NULL;
 	int rc;
 	static const char *need_arg[] = { "stat", "write", "sleep", "exit",
-					  "signal-self", "sysctl", "cat", NULL };
+					  "signal-self", "sysctl", "cat", "tiocsti",
+					  NULL };
 
 	for (int i = 0; need_arg[i]; i++)
 		if (!strcmp(verb, need_arg[i]) && !arg)
@@ -335,6 +358,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(verb, "signal-self")) rc = do_signal_self(arg);
 	else if (!strcmp(verb, "sysctl")) rc = do_sysctl(arg);
 	else if (!strcmp(verb, "cat")) rc = dump(arg);
+	else if (!strcmp(verb, "tiocsti")) rc = do_tiocsti(arg);
 	else return usage();
 
 	/* A failed flush (e.g. EPIPE, full disk) must not look like success. */

@@ -70,6 +70,13 @@ fn main() -> ExitCode {
     let failure_code = command.failure_code();
     match cmd::dispatch(&cli, command, &log) {
         Ok(code) => ExitCode::from(code),
+        // The container could reach our binary: run again from a sealed copy.
+        Err(e) if matches!(e.downcast_ref(), Some(tinyrun::RuntimeError::NeedsSealedBinary)) => {
+            log.debug("re-executing from a sealed copy of the runtime binary");
+            let Err(e) = tinyrun::reexec_sealed();
+            log.error(&one_line(&e.into()));
+            ExitCode::from(failure_code)
+        }
         Err(e) => {
             log.error(&one_line(&e));
             ExitCode::from(failure_code)

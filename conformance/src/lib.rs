@@ -18,6 +18,7 @@ mod bundle;
 mod host;
 mod known_bugs;
 mod runtime;
+pub mod terminal;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

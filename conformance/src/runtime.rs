@@ -215,6 +215,18 @@ impl Runtime {
         self.owned.borrow_mut().mounts.push(path.to_path_buf());
     }
 
+    /// A new network namespace kept alive by a bind mount on a file in the test's scratch dir
+    /// (unmounted by the harness); its path and inode number.
+    pub fn bound_netns(&self) -> (PathBuf, u64) {
+        let nsfile = self.tempdir().join("netns");
+        fs::write(&nsfile, "").expect("netns file");
+        let st = Command::new("unshare").arg(format!("--net={}", nsfile.display())).arg("true").status();
+        assert!(st.expect("unshare").success(), "unshare --net=FILE failed");
+        self.track_mount(&nsfile);
+        let inode = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&nsfile).expect("netns file"));
+        (nsfile, inode)
+    }
+
     /// `<bin> args...` with the tag set, stdin from /dev/null; no `--root`.
     pub fn command_raw(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.bin);

@@ -239,8 +239,20 @@ fn cve_2019_5736_created_init_exe() {
 /// busybox proves the attack works when the target is reachable.
 #[test]
 fn cve_2019_5736_exec_race() {
+    exec_race("cve5736race", false);
+}
+
+/// The same race by a container holding CAP_SYS_PTRACE without a user namespace of its own: the
+/// kernel lets it open even a non-dumpable process's /proc/<pid>/exe, so what it opens must be a
+/// copy of the runtime that can't be written.
+#[test]
+fn cve_2019_5736_exec_race_with_cap_sys_ptrace() {
+    exec_race("cve5736ptrace", true);
+}
+
+fn exec_race(name: &str, ptrace: bool) {
     require_root!();
-    let mut rt = Runtime::new("cve5736race");
+    let mut rt = Runtime::new(name);
     let bin = private_binary(&mut rt);
     let before = sha256(&bin);
     let script = r#"
@@ -270,6 +282,13 @@ fn cve_2019_5736_exec_race() {
     "#;
     let b = rt.bundle(&["/bin/sh", "-c", script]);
     tmpfs_at(&b, "/tmp", &[]);
+    if ptrace {
+        b.config_mut(|c| {
+            for set in ["bounding", "effective", "permitted"] {
+                c["process"]["capabilities"][set].as_array_mut().unwrap().push("CAP_SYS_PTRACE".into());
+            }
+        });
+    }
     let (created, _) = start(&rt, &b);
     wait_for("the attacker", 10, || created.stdout_now().contains("attacker-ready"));
     let mut execs = 0;
@@ -294,13 +313,13 @@ fn cve_2019_5736_exec_race() {
     assert!(wrote.is_empty(), "the attacker wrote a runtime binary: {wrote:?}");
     let opened: Vec<&str> =
         out.lines().filter(|l| l.starts_with("OPENED") && !l.contains(" /tmp/ctl/busybox")).collect();
-    if !rt.is_runc() {
+    if !rt.is_runc() && !ptrace {
         assert!(opened.is_empty(), "the attacker opened a runtime process's exe: {opened:?}");
     }
     assert!(execs >= 5, "too few execs to mean anything ({execs})");
     assert_eq!(sha256(&bin), before, "the runtime binary changed!");
     escape(
-        "cve-2019-5736-exec-race",
+        &format!("cve-2019-5736-exec-race{}", if ptrace { "-cap-sys-ptrace" } else { "" }),
         &format!("open+hold+write every /proc/<pid>/exe in a loop during {execs} concurrent execs"),
         &format!(
             "control /tmp/ctl/busybox written ({}); other exes opened: {opened:?}; written: none; binary sha256 unchanged",

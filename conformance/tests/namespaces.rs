@@ -4,8 +4,6 @@
 //! the configured maps, the UTS namespace gets hostname and domainname.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
-use std::process::Command;
 
 use serde_json::json;
 use tinyrun_conformance::{kernel_has_ns, require_root, skip, Bundle, Runtime};
@@ -59,18 +57,6 @@ fn omitted_namespaces_are_shared() {
     assert_ne!(ns["mnt"], own_ns("mnt"));
 }
 
-/// A new network namespace kept alive by a bind mount on a file in the test's
-/// scratch dir (unmounted by the harness); its path and inode number.
-fn bound_netns(rt: &Runtime) -> (std::path::PathBuf, u64) {
-    let nsfile = rt.tempdir().join("netns");
-    std::fs::write(&nsfile, "").unwrap();
-    let st = Command::new("unshare").arg(format!("--net={}", nsfile.display())).arg("true").status().expect("unshare");
-    assert!(st.success(), "unshare --net=FILE failed");
-    rt.track_mount(&nsfile);
-    let inode = std::fs::metadata(&nsfile).unwrap().ino();
-    (nsfile, inode)
-}
-
 /// Points the bundle's network namespace at `nsfile`; returns the path as given.
 fn join_netns_at(b: &Bundle, nsfile: &std::path::Path) -> String {
     let path = nsfile.to_str().unwrap().to_string();
@@ -89,7 +75,7 @@ fn join_netns_at(b: &Bundle, nsfile: &std::path::Path) -> String {
 fn join_network_namespace_by_path() {
     require_root!();
     let rt = Runtime::new("joinnetns");
-    let (nsfile, inode) = bound_netns(&rt);
+    let (nsfile, inode) = rt.bound_netns();
     assert_ne!(format!("net:[{inode}]"), own_ns("net"));
 
     let b = rt.bundle(&[]);
@@ -106,7 +92,7 @@ fn join_network_namespace_by_path() {
 fn new_user_namespace_with_a_joined_network_namespace() {
     require_root!();
     let rt = Runtime::new("usernetjoin");
-    let (nsfile, inode) = bound_netns(&rt);
+    let (nsfile, inode) = rt.bound_netns();
     let b = rt.bundle(&[]);
     let path = join_netns_at(&b, &nsfile);
     b.config_mut(|c| {

@@ -1472,3 +1472,35 @@ fn rootfs_option() {
     assert_eq!(bare.kv().get("uid").map(String::as_str), Some("1000"), "{bare}");
     sb.assert_clean("the --rootfs runs");
 }
+
+/// SECURITY: `sandbox run` and `sandbox exec`, started from an operator's terminal, cannot type
+/// into it (TIOCSTI, the CVE-2017-5226 class of bubblewrap): a box has a session of its own.
+/// `conformance/tests/terminal_injection.rs` does the same for `run` and `exec`.
+#[test]
+fn cannot_type_into_the_callers_terminal() {
+    require_root!();
+    if !tinyrun_conformance::terminal::legacy_tiocsti() {
+        eprintln!("SKIP: dev.tty.legacy_tiocsti is 0: the kernel refuses TIOCSTI to unprivileged processes");
+        return;
+    }
+    use tinyrun_conformance::terminal::on_terminal;
+    const PY: &str = "import fcntl, termios\n\
+        try:\n    [fcntl.ioctl(0, termios.TIOCSTI, bytes([c])) for c in b'echo INJECTED\\n']\n    print('tiocsti=ok')\n\
+        except OSError as e:\n    print('tiocsti=' + str(e.errno))";
+    let sb = Sbx::new("ttyinject");
+    let t = on_terminal(sb.rt.command(&sb.run_argv(&[], &["python3", "-c", PY])), "", |_| {});
+    sb.watch.borrow_mut().poll();
+    saw("terminal-injection run", format!("exit {:?}, pending input {:?}, output {:?}", t.code, t.typed, t.output));
+    assert!(!t.typed.contains("INJECTED"), "sandbox run typed into the caller's terminal: {:?}", t.typed);
+    assert!(t.output.contains("tiocsti=1\n"), "TIOCSTI must fail with EPERM: {}", t.output);
+
+    let o = sb.raw(&["launch"]);
+    assert!(o.ok(), "sandbox launch\n{o}");
+    let id = o.stdout.trim().to_string();
+    let t = on_terminal(sb.rt.command(&["sandbox", "exec", &id, "--", "python3", "-c", PY]), "", |_| {});
+    let gone = sb.raw(&["terminate", &id]);
+    saw("terminal-injection exec", format!("exit {:?}, pending input {:?}, output {:?}", t.code, t.typed, t.output));
+    assert!(!t.typed.contains("INJECTED"), "sandbox exec typed into the caller's terminal: {:?}", t.typed);
+    assert!(t.output.contains("tiocsti=1\n"), "TIOCSTI must fail with EPERM: {}", t.output);
+    assert!(gone.ok(), "sandbox terminate\n{gone}");
+}

@@ -48,13 +48,21 @@ impl Sets {
         })
     }
 
-    /// Drops every capability not in the bounding set. Capabilities the
-    /// running kernel doesn't know are skipped, as runc does.
+    /// Drops every capability not in the bounding set, then reads the set
+    /// back: a capability that is still there fails the container rather
+    /// than staying silently. Capabilities the running kernel doesn't know
+    /// are skipped, as runc does (it can't hold them either).
     pub(crate) fn apply_bounding(&self) -> Result<(), String> {
-        for cap in caps::all() {
-            if !self.bounding.contains(&cap) && caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
+        for cap in caps::all().into_iter().filter(|c| !self.bounding.contains(c)) {
+            // An error means the kernel does not know the capability.
+            if caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
                 caps::drop(None, CapSet::Bounding, cap).map_err(|e| format!("drop {cap} from bounding set: {e}"))?;
             }
+        }
+        let left = caps::read(None, CapSet::Bounding).map_err(|e| format!("read bounding set: {e}"))?;
+        let extra: Vec<String> = left.difference(&self.bounding).map(|c| c.to_string()).collect();
+        if !extra.is_empty() {
+            return Err(format!("bounding set still holds {}", extra.join(", ")));
         }
         Ok(())
     }
@@ -82,6 +90,27 @@ impl Sets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In a forked child (the test process keeps its capabilities): the
+    /// bounding set is cut to what the config lists, and read back.
+    #[test]
+    #[ignore = "requires root"]
+    fn bounding_set_is_cut_and_checked() {
+        let mut s = Sets::default();
+        s.bounding.insert(Capability::CAP_KILL);
+        match crate::sys::seccomp::fork_for_test().unwrap() {
+            crate::sys::Forked::Child => {
+                let ok = s.apply_bounding().is_ok()
+                    && caps::read(None, CapSet::Bounding)
+                        .is_ok_and(|b| b.len() == 1 && b.contains(&Capability::CAP_KILL));
+                crate::sys::exit_child(if ok { 0 } else { 1 })
+            }
+            crate::sys::Forked::Parent(child) => {
+                let st = nix::sys::wait::waitpid(child, None).unwrap();
+                assert_eq!(st, nix::sys::wait::WaitStatus::Exited(child, 0));
+            }
+        }
+    }
 
     #[test]
     fn converts_names_and_missing_block_means_none() {

@@ -86,6 +86,16 @@ pub enum RuntimeError {
     /// A failure followed by a failed clean-up: both are reported.
     #[error("{error} (clean-up also failed: {cleanup})")]
     WithCleanup { error: Box<RuntimeError>, cleanup: Box<RuntimeError> },
+    /// The container could reach the runtime's binary and the binary is
+    /// writable: call [`crate::reexec_sealed`] and try again (see `exe`).
+    #[error("the container could reach the runtime's binary (CVE-2019-5736): it must run from a sealed copy")]
+    NeedsSealedBinary,
+    /// The calling process has threads: cloning it would copy locks that
+    /// another thread holds into a child that can never release them.
+    #[error(
+        "tinyrun creates processes by cloning its caller, which must be single-threaded; this process has {0} threads"
+    )]
+    NotSingleThreaded(u64),
     /// Bad arguments from the caller (a signal name, a pid file path).
     #[error("{0}")]
     InvalidArgument(String),

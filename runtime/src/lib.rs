@@ -9,6 +9,7 @@
 mod capabilities;
 mod cgroups;
 mod error;
+mod exe;
 pub mod features;
 mod hooks;
 mod lifecycle;
@@ -26,6 +27,7 @@ mod tty;
 mod user;
 
 pub use error::{Result, RuntimeError, SysError};
+pub use exe::reexec_sealed;
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
     load_process, Container, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, RunOptions, Runtime, Status,

@@ -17,7 +17,7 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use oci_spec::runtime::Spec;
+use oci_spec::runtime::{Process, Spec};
 
 use crate::error::{Result, RuntimeError};
 
@@ -44,8 +44,12 @@ pub(crate) fn check(spec: &Spec) -> Result<()> {
     check_at(spec, Path::new("/sys"), Path::new("/proc"))
 }
 
-fn check_at(spec: &Spec, sys: &Path, proc: &Path) -> Result<()> {
-    let process = spec.process().as_ref();
+/// The same, for the process an `exec` runs.
+pub(crate) fn check_process(p: &Process) -> Result<()> {
+    check_process_at(Some(p), Path::new("/sys"), Path::new("/proc"))
+}
+
+fn check_process_at(process: Option<&Process>, sys: &Path, proc: &Path) -> Result<()> {
     if process.and_then(|p| set(p.apparmor_profile())).is_some() && !apparmor_enabled(sys) {
         return Err(RuntimeError::unsupported(
             "process.apparmorProfile",
@@ -59,6 +63,12 @@ fn check_at(spec: &Spec, sys: &Path, proc: &Path) -> Result<()> {
             "selinux label is specified in config, but selinux is disabled or not supported",
         ));
     }
+    Ok(())
+}
+
+fn check_at(spec: &Spec, sys: &Path, proc: &Path) -> Result<()> {
+    check_process_at(spec.process().as_ref(), sys, proc)?;
+    let selinux = || selinux_enabled(sys, proc);
     if spec.linux().as_ref().and_then(|l| set(l.mount_label())).is_some() {
         let why = if selinux() {
             "SELinux mount labels are not implemented by tinyrun"
@@ -73,9 +83,8 @@ fn check_at(spec: &Spec, sys: &Path, proc: &Path) -> Result<()> {
 /// Arms the AppArmor profile and the SELinux label for the next execve.
 /// Runs in init, after pivot_root (the container's /proc) and before the
 /// user switch and seccomp.
-pub(crate) fn apply(spec: &Spec) -> Result<(), String> {
-    let Some(p) = spec.process().as_ref() else { return Ok(()) };
-    if let Some(profile) = set(p.apparmor_profile()) {
+pub(crate) fn apply(apparmor: Option<&str>, selinux: Option<&str>) -> Result<(), String> {
+    if let Some(profile) = apparmor.filter(|s| !s.is_empty()) {
         let attr = if Path::new("/proc/thread-self/attr/apparmor/exec").exists() {
             "/proc/thread-self/attr/apparmor/exec"
         } else {
@@ -84,7 +93,7 @@ pub(crate) fn apply(spec: &Spec) -> Result<(), String> {
         write_attr(attr, &format!("exec {profile}"))
             .map_err(|e| format!("process.apparmorProfile: apply profile {profile:?}: {e}"))?;
     }
-    if let Some(label) = set(p.selinux_label()) {
+    if let Some(label) = selinux.filter(|s| !s.is_empty()) {
         write_attr("/proc/thread-self/attr/exec", label)
             .map_err(|e| format!("process.selinuxLabel: set exec label {label:?}: {e}"))?;
     }

@@ -127,6 +127,46 @@ impl Plan {
     pub(crate) fn user_ns(&self) -> bool {
         self.is_new(LinuxNamespaceType::User) || self.joins.iter().any(|j| j.typ == LinuxNamespaceType::User)
     }
+
+    /// The container gets a user namespace other than the runtime's: what
+    /// its processes hold, they hold there, not over the runtime.
+    pub(crate) fn other_user_ns(&self) -> bool {
+        self.is_new(LinuxNamespaceType::User)
+            || self.joins.iter().any(|j| j.typ == LinuxNamespaceType::User && !is_own(&j.fd, "user"))
+    }
+}
+
+/// Whether `path` names the namespace of type `t` this process is in. A
+/// path that can't be read is not (it fails later, naming it).
+pub(crate) fn is_own_path(t: LinuxNamespaceType, path: &Path) -> bool {
+    let own = format!("/proc/self/ns/{}", proc_name(t));
+    match (nix::sys::stat::stat(path), nix::sys::stat::stat(own.as_str())) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
+}
+
+/// Whether `fd` is the namespace `name` this process is in.
+pub(crate) fn is_own(fd: &OwnedFd, name: &str) -> bool {
+    let own = nix::sys::stat::stat(format!("/proc/self/ns/{name}").as_str());
+    match (nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(fd)), own) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
+}
+
+/// The namespace's name under /proc/<pid>/ns.
+pub(crate) fn proc_name(t: LinuxNamespaceType) -> &'static str {
+    match t {
+        LinuxNamespaceType::Mount => "mnt",
+        LinuxNamespaceType::Cgroup => "cgroup",
+        LinuxNamespaceType::Uts => "uts",
+        LinuxNamespaceType::Ipc => "ipc",
+        LinuxNamespaceType::User => "user",
+        LinuxNamespaceType::Pid => "pid",
+        LinuxNamespaceType::Network => "net",
+        LinuxNamespaceType::Time => "time",
+    }
 }
 
 /// `setns(2)` naming the namespace type in the error.

@@ -91,6 +91,14 @@ pub(crate) fn apply_final(limits: &[Limit]) -> Result<(), String> {
 
 const NOFILE: Limit = Limit { resource: Resource::RLIMIT_NOFILE, name: "RLIMIT_NOFILE", soft: 0, hard: 0 };
 
+/// Puts the caller's file-descriptor soft limit back, before this process
+/// re-executes itself (which raises it again, remembering the caller's).
+pub(crate) fn restore_caller_nofile() {
+    if let Some(&(soft, hard)) = CALLER_NOFILE.get() {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, soft, hard);
+    }
+}
+
 /// The caller's RLIMIT_NOFILE, when [`raise_nofile`] changed ours.
 static CALLER_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
 

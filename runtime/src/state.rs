@@ -54,6 +54,15 @@ pub(crate) struct Record {
     /// differs, which is what "running" means.
     #[serde(default)]
     pub init_exe: Option<(u64, u64)>,
+    /// Some process of the container may hold CAP_SYS_PTRACE in the
+    /// runtime's user namespace (see `exe`); a record from before this
+    /// field existed is taken to say yes.
+    #[serde(default = "yes")]
+    pub ptrace_possible: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A container's state directory, held under an exclusive lock by every
@@ -287,10 +296,11 @@ mod tests {
             own_pid_ns: true,
             cgroup_path: None,
             init_exe: None,
+            ptrace_possible: false,
         };
         l.save(&rec).unwrap();
         let back = l.load().unwrap();
-        assert_eq!((back.pid, back.start_time, back.systemd_cgroup), (42, 7, true));
+        assert_eq!((back.pid, back.start_time, back.systemd_cgroup, back.ptrace_possible), (42, 7, true, false));
         // No temporary file is left next to the record.
         let names: Vec<_> = std::fs::read_dir(&l.dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from(STATE_FILE)]);

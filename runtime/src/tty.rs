@@ -20,14 +20,16 @@ use crate::error::SysError;
 use crate::sys;
 use crate::sys::mount::mount;
 
-/// Init side: make the pty, hand the master over `socket`, and take the
-/// slave as stdio and controlling terminal. `uid`/`gid` will own the slave.
-/// `dev_console` also binds the slave over /dev/console (init only; an
-/// exec'd process must not replace the container's console).
+/// Container side: make the pty, hand the master over `socket`, and take
+/// the slave as stdio and controlling terminal. `uid`/`gid` will own the
+/// slave. `dev_console` also binds the slave over /dev/console (init only;
+/// an exec'd process must not replace the container's console).
 ///
 /// # Preconditions
-/// Runs in init after pivot_root, before the user switch; /dev/ptmx and
-/// /dev/pts are the container's own.
+/// Runs after pivot_root (or setns into the container's mount namespace),
+/// before the user switch, in a new session without a controlling
+/// terminal ([`crate::process::finalize::begin`]); /dev/ptmx and /dev/pts
+/// are the container's own.
 pub(crate) fn setup_console(
     socket: RawFd,
     size: Option<(u16, u16)>,
@@ -39,19 +41,20 @@ pub(crate) fn setup_console(
         posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC).map_err(|e| format!("open /dev/ptmx: {e}"))?;
     grantpt(&master).map_err(|e| format!("grantpt: {e}"))?;
     unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
-    let name = ptsname_r(&master).map_err(|e| format!("ptsname: {e}"))?;
-    let slave =
-        crate::sys::fs::open_path(Path::new(&name), OFlag::O_RDWR | OFlag::O_NOCTTY).map_err(|e| e.to_string())?;
+    // The slave is opened from the master, not by its /dev/pts name, which
+    // a process in the container could have replaced.
+    let slave = sys::pty_peer(master.as_raw_fd()).map_err(|e| format!("open pty slave (TIOCGPTPEER): {e}"))?;
     nix::unistd::fchown(
         slave.as_raw_fd(),
         Some(nix::unistd::Uid::from_raw(uid)),
         Some(nix::unistd::Gid::from_raw(gid)),
     )
-    .map_err(|e| format!("chown {name}: {e}"))?;
+    .map_err(|e| format!("chown pty slave: {e}"))?;
     if let Some((rows, cols)) = size {
         let ws = Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
         sys::set_winsize(master.as_raw_fd(), &ws).map_err(|e| format!("set console size: {e}"))?;
     }
+    let name = ptsname_r(&master).map_err(|e| format!("ptsname: {e}"))?;
     if dev_console {
         // An empty file to bind the slave over, made through the root so a
         // symlink planted at /dev/console can't redirect it.
@@ -61,12 +64,12 @@ pub(crate) fn setup_console(
         crate::rootfs::replace_symlink(&root, Path::new("/dev/console"))?;
         let target = root.ensure(Path::new("/dev/console"), true).map_err(|e| e.to_string())?;
         let target = crate::sys::fs::fd_path(&target);
-        mount(Some(&name), &target, None, MsFlags::MS_BIND, None, "/dev/console").map_err(|e| e.to_string())?;
+        let source = crate::sys::fs::fd_path(&slave);
+        mount(Some(&source), &target, None, MsFlags::MS_BIND, None, "/dev/console").map_err(|e| e.to_string())?;
     }
     send_fd(socket, master.as_raw_fd(), name.as_bytes())
         .map_err(|e| format!("send pty master to console socket: {e}"))?;
     drop(master);
-    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
     sys::set_ctty(slave.as_raw_fd()).map_err(|e| format!("make the pty the controlling terminal: {e}"))?;
     for fd in 0..3 {
         nix::unistd::dup2(slave.as_raw_fd(), fd).map_err(|e| format!("dup2 pty to fd {fd}: {e}"))?;

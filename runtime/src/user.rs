@@ -40,7 +40,11 @@ pub(crate) fn setgroups_allowed() -> bool {
 /// `$HOME` for `uid`, from the container's /etc/passwd, as runc fills it in
 /// when the config doesn't.
 pub(crate) fn home_of(uid: u32) -> String {
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    // The image's: read with care (see rootfs::image); 4 MiB is far more
+    // than any passwd file, and a bigger one is ignored like a missing one.
+    let passwd = crate::rootfs::image::read_small(std::path::Path::new("/etc/passwd"), 4 << 20)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
     passwd
         .lines()
         .map(|l| l.split(':').collect::<Vec<_>>())

@@ -17,6 +17,7 @@ use crate::cgroups::Cgroup;
 use crate::error::{Result, RuntimeError};
 use crate::hooks::{self, Kind};
 use crate::namespaces::Plan;
+use crate::process::finalize::ProcessConfig;
 use crate::process::init::InitConfig;
 use crate::process::launch::{self, Host};
 use crate::spec::{self, Bundle};
@@ -69,6 +70,8 @@ impl Runtime {
         opts: &CreateOptions,
         console: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Container> {
+        crate::process::ensure_single_threaded()?;
+        crate::exe::require_sealed(crate::exe::needed_for_create(&bundle.spec)?)?;
         check_terminal(bundle, opts)?;
         // Connect before anything exists: a bad socket path is the
         // caller's error and must leave nothing behind.
@@ -164,7 +167,7 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     }
     let listener = bind_start_socket(&lock.path(START_SOCKET), &lock.dir)?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
-    cfg.console = console;
+    cfg.process.console = console;
     cfg.lock_fd = lock.lock_fd();
     let linux = spec.linux().as_ref();
     let resources = linux.and_then(|l| l.resources().clone()).unwrap_or_default();
@@ -208,6 +211,7 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
             own_pid_ns: plan.is_new(LinuxNamespaceType::Pid),
             cgroup_path: Some(cgroup.recorded().to_string()),
             init_exe: crate::state::proc_exe(pid.as_raw()),
+            ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, plan.other_user_ns()),
         };
         lock.save(&rec)?;
         if let Some(p) = &opts.pid_file {
@@ -235,7 +239,12 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
 fn bind_start_socket(path: &Path, dir: &Path) -> Result<std::os::fd::OwnedFd> {
     let dirfd = std::fs::File::open(dir).map_err(|e| RuntimeError::io("open", dir, e))?;
     let short = format!("{}/{START_SOCKET}", crate::sys::fs::fd_path(&dirfd));
-    let l = UnixListener::bind(&short).map_err(|e| RuntimeError::io("bind start socket", path, e))?;
+    // A connection is what starts the container: only our own user may
+    // make one, whatever umask the caller has (the state dir is 0711).
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(&short);
+    nix::sys::stat::umask(old);
+    let l = bound.map_err(|e| RuntimeError::io("bind start socket", path, e))?;
     Ok(l.into())
 }
 
@@ -271,32 +280,36 @@ fn init_config<'a>(
         rootfs: &b.rootfs,
         spec,
         plan,
-        caps: Sets::from_spec(process.capabilities().as_ref())?,
-        rlimits: crate::rlimits::from_spec(process.rlimits().as_ref())?,
-        ids: Ids {
-            uid: user.uid(),
-            gid: user.gid(),
-            additional_gids: user.additional_gids().clone().unwrap_or_default(),
+        process: ProcessConfig {
+            caps: Sets::from_spec(process.capabilities().as_ref())?,
+            rlimits: crate::rlimits::from_spec(process.rlimits().as_ref())?,
+            ids: Ids {
+                uid: user.uid(),
+                gid: user.gid(),
+                additional_gids: user.additional_gids().clone().unwrap_or_default(),
+            },
+            umask: Some(user.umask().unwrap_or(0o022)),
+            args,
+            env,
+            cwd: process.cwd().clone(),
+            no_new_privs: process.no_new_privileges().unwrap_or(false),
+            preserved_fds: opts.listen_fds + opts.preserve_fds,
+            console: None,
+            console_size: process.console_size().as_ref().map(crate::tty::console_size),
+            seccomp: crate::seccomp::Filter::from_spec(spec)?,
+            apparmor: process.apparmor_profile().clone().filter(|s| !s.is_empty()),
+            selinux: process.selinux_label().clone().filter(|s| !s.is_empty()),
         },
-        umask: user.umask().unwrap_or(0o022),
-        args,
-        env,
-        cwd: process.cwd().clone(),
-        no_new_privs: process.no_new_privileges().unwrap_or(false),
         no_pivot: opts.no_pivot,
         no_new_keyring: opts.no_new_keyring,
         oom_score_adj: process.oom_score_adj(),
-        preserved_fds: opts.listen_fds + opts.preserve_fds,
         wants_hooks,
         start_listener: listener,
-        console: None,
         stdio: opts.stdio,
         die_with_runtime: opts.die_with_runtime,
         lock_fd: None,
         cgroup_tasks: Vec::new(),
         cgroup_unified: None,
         cgroup_hierarchies: Vec::new(),
-        console_size: process.console_size().as_ref().map(crate::tty::console_size),
-        seccomp: crate::seccomp::Filter::from_spec(spec)?,
     })
 }

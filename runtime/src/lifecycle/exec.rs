@@ -14,6 +14,7 @@ use crate::capabilities::Sets;
 use crate::error::{Result, RuntimeError, SysError};
 use crate::namespaces::{self, Join};
 use crate::process::exec_init::{self, ExecConfig};
+use crate::process::finalize::ProcessConfig;
 use crate::process::sync::{self, Msg};
 use crate::sys::{self, Forked};
 use crate::user::Ids;
@@ -125,7 +126,8 @@ impl Container {
         self.exec_inner(&ExecOptions { detach: true, ..opts.clone() }).map(|(pid, _)| pid)
     }
 
-    fn exec_inner(self, opts: &ExecOptions) -> Result<(Pid, i32)> {
+    fn exec_inner(mut self, opts: &ExecOptions) -> Result<(Pid, i32)> {
+        crate::process::ensure_single_threaded()?;
         match self.status() {
             Status::Stopped => return Err(RuntimeError::InvalidState("cannot exec in a stopped container".into())),
             Status::Paused if !opts.ignore_paused => {
@@ -136,6 +138,8 @@ impl Container {
             _ => {}
         }
         check_process(&opts.process)?;
+        let spec = self.config()?;
+        self.seal_if_needed(&spec, &opts.process)?;
         let terminal = opts.process.terminal().unwrap_or(false);
         match (terminal, opts.detach, opts.console_socket.is_some()) {
             (true, true, false) => {
@@ -150,7 +154,6 @@ impl Container {
             }
             _ => {}
         }
-        let spec = self.config()?;
         let (joins, parent_joins) = self.namespace_fds(&spec)?;
         let socket: Option<OwnedFd> = match &opts.console_socket {
             Some(p) => Some(
@@ -162,14 +165,19 @@ impl Container {
         };
         let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };
         let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
-        let mut cfg = exec_config(&opts.process, joins, opts.preserve_fds, console)?;
+        let mut cfg = ExecConfig {
+            joins,
+            stdio: opts.stdio,
+            cgroup_tasks: Vec::new(),
+            cgroup_unified: None,
+            process: process_config(&opts.process, opts.preserve_fds, console)?,
+        };
         // A foreground terminal takes our window size before the program
         // runs (the relay would copy it only afterwards).
-        if pair.is_some() && cfg.console_size.is_none() {
-            cfg.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
+        if pair.is_some() && cfg.process.console_size.is_none() {
+            cfg.process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
         }
-        cfg.stdio = opts.stdio;
-        cfg.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
+        cfg.process.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
         // The new process moves itself into the container's cgroup (see
         // Cgroup::prepare_self_join); the hybrid cgroup2 part by clone3.
         let cgroup = self.cgroup()?;
@@ -204,6 +212,22 @@ impl Container {
         result
     }
 
+    /// CVE-2019-5736 (see `exe`): the exec'd process runs the runtime's
+    /// binary in the container until its execve. It must be a sealed copy
+    /// when the container has no pid namespace of its own, or when some
+    /// process of it (this one included: recorded first) may hold
+    /// CAP_SYS_PTRACE over the runtime.
+    fn seal_if_needed(&mut self, spec: &oci_spec::runtime::Spec, p: &Process) -> Result<()> {
+        let caps = Sets::from_spec(p.capabilities().as_ref())?;
+        let ptrace = crate::exe::could_ptrace_runtime(&caps, crate::exe::other_user_ns(spec));
+        crate::exe::require_sealed(!self.rec.own_pid_ns || self.rec.ptrace_possible || ptrace)?;
+        if ptrace && !self.rec.ptrace_possible {
+            self.rec.ptrace_possible = true;
+            self.lock.save(&self.rec)?;
+        }
+        Ok(())
+    }
+
     /// Opens the init's namespaces: (joined by the child, joined by us
     /// around the clone). A user namespace we are already in is skipped:
     /// setns into one's own user namespace is an error.
@@ -212,7 +236,7 @@ impl Container {
         let mut joins = Vec::new();
         let mut parent = Vec::new();
         for ns in nss {
-            let name = ns_name(ns.typ());
+            let name = namespaces::proc_name(ns.typ());
             let theirs = PathBuf::from(format!("/proc/{}/ns/{name}", self.rec.pid));
             if ns.typ() == LinuxNamespaceType::User && same_ns(&theirs, name) {
                 continue;
@@ -245,9 +269,11 @@ impl Container {
         let (ours, theirs) = sync::pair()?;
         let mut restore = Vec::new();
         for j in parent_joins {
-            restore.push(Join { typ: j.typ, fd: namespaces::open_own(ns_name(j.typ))? });
+            restore.push(Join { typ: j.typ, fd: namespaces::open_own(namespaces::proc_name(j.typ))? });
             namespaces::setns(j)?;
         }
+        // Born non-dumpable: see launch::launch (CVE-2019-5736).
+        sys::set_non_dumpable()?;
         let mut forked = sys::clone_fork(0, clone_into.map(|f| f.as_raw_fd()));
         if forked.is_err() && clone_into.is_some() {
             // The child then joins that hierarchy by writing cgroup.procs.
@@ -292,7 +318,7 @@ impl Container {
     /// Hands an exec'd process's seccomp notification fd to the agent, with
     /// the container's state (as runc does for `exec`).
     fn seccomp_agent(&self, cfg: &ExecConfig, pid: Pid, fd: &OwnedFd) -> Result<()> {
-        let Some(listener) = cfg.seccomp.as_ref().and_then(|f| f.listener()) else {
+        let Some(listener) = cfg.process.seccomp.as_ref().and_then(|f| f.listener()) else {
             return Err(RuntimeError::Exec("sent a seccomp fd, but no listenerPath is configured".into()));
         };
         let status = self.status().to_string();
@@ -329,19 +355,6 @@ fn unreachable_child() -> ! {
     sys::exit_child(255)
 }
 
-fn ns_name(t: LinuxNamespaceType) -> &'static str {
-    match t {
-        LinuxNamespaceType::Mount => "mnt",
-        LinuxNamespaceType::Cgroup => "cgroup",
-        LinuxNamespaceType::Uts => "uts",
-        LinuxNamespaceType::Ipc => "ipc",
-        LinuxNamespaceType::User => "user",
-        LinuxNamespaceType::Pid => "pid",
-        LinuxNamespaceType::Network => "net",
-        LinuxNamespaceType::Time => "time",
-    }
-}
-
 fn same_ns(theirs: &Path, name: &str) -> bool {
     let ours = format!("/proc/self/ns/{name}");
     matches!((std::fs::read_link(theirs), std::fs::read_link(ours)), (Ok(a), Ok(b)) if a == b)
@@ -355,16 +368,12 @@ fn check_process(p: &Process) -> Result<()> {
     if !p.cwd().is_absolute() {
         return Err(RuntimeError::InvalidArgument(format!("process.cwd {:?} is not an absolute path", p.cwd())));
     }
-    if p.selinux_label().as_ref().is_some_and(|l| !l.is_empty()) {
-        return Err(RuntimeError::unsupported("process.selinuxLabel", "SELinux is not supported"));
-    }
-    if p.apparmor_profile().as_ref().is_some_and(|l| !l.is_empty()) {
-        return Err(RuntimeError::unsupported("process.apparmorProfile", "AppArmor is not supported"));
-    }
-    Ok(())
+    // Applied like init's (runc's exec runs under the container's profile
+    // and label), so refused only where the host can't apply them.
+    crate::lsm::check_process(p)
 }
 
-fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option<i32>) -> Result<ExecConfig> {
+fn process_config(p: &Process, preserve_fds: u32, console: Option<i32>) -> Result<ProcessConfig> {
     let args = p
         .args()
         .iter()
@@ -373,8 +382,7 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|_| RuntimeError::InvalidArgument("process.args: an argument contains a NUL byte".into()))?;
     let user = p.user();
-    Ok(ExecConfig {
-        joins,
+    Ok(ProcessConfig {
         caps: Sets::from_spec(p.capabilities().as_ref())?,
         rlimits: crate::rlimits::from_spec(p.rlimits().as_ref())?,
         ids: Ids {
@@ -390,10 +398,9 @@ fn exec_config(p: &Process, joins: Vec<Join>, preserve_fds: u32, console: Option
         preserved_fds: preserve_fds,
         console,
         console_size: p.console_size().as_ref().map(crate::tty::console_size),
-        stdio: None,
         seccomp: None,
-        cgroup_tasks: Vec::new(),
-        cgroup_unified: None,
+        apparmor: p.apparmor_profile().clone().filter(|s| !s.is_empty()),
+        selinux: p.selinux_label().clone().filter(|s| !s.is_empty()),
     })
 }
 

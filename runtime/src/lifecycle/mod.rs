@@ -29,6 +29,11 @@ pub use state::{ContainerState, Status};
 pub use update::{parse_bytes, UpdateFlags};
 
 /// A state root (`--root`) holding containers, one directory each.
+///
+/// # Preconditions
+/// `create`, `run` and `exec` clone the calling process, and the clone runs
+/// tinyrun's code until execve: call them from a single-threaded process.
+/// They check, and fail with [`RuntimeError::NotSingleThreaded`] otherwise.
 pub struct Runtime {
     root: PathBuf,
 }

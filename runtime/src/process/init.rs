@@ -7,18 +7,18 @@
 //! into the runtime's code: it ends in `execve` or `_exit`.
 //!
 //! Order (runtime-spec "Lifecycle", runc's standard init):
-//!  1. wait for the runtime's Go (maps written, cgroup joined)
-//!  2. namespaces: join, unshare, maybe fork once more for a late pid ns
+//!  1. a session of its own, stdio; wait for the runtime's Go (maps
+//!     written, cgroup joined)
+//!  2. namespaces: join, unshare, maybe fork once more for a late pid ns;
+//!     then close every fd of the runtime's it no longer needs
 //!  3. hostname, domainname, session keyring, oom_score_adj
 //!  4. rootfs: propagation, mounts in order, /dev
 //!  5. prestart + createRuntime hooks (in the runtime), createContainer hooks
 //!  6. sysctl, readonlyPaths, maskedPaths, pivot_root, read-only root
-//!  7. rlimits, cwd, AppArmor/SELinux exec labels, seccomp (no_new_privs
-//!     false: while CAP_SYS_ADMIN is held), user + capabilities, cwd check,
-//!     no_new_privs
-//!  8. look up args[0]; mark every other fd close-on-exec; seccomp
-//!     (no_new_privs true: as late as possible); Ready
-//!  9. wait on start.sock; startContainer hooks; execve
+//!  7. the path every container process shares with `exec`
+//!     ([`super::finalize`]): terminal, rlimits, cwd, LSM labels, seccomp,
+//!     user and capabilities, no_new_privs, `args[0]`; Ready
+//!  8. wait on start.sock; startContainer hooks; execve
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -30,12 +30,10 @@ use nix::sys::signal::Signal;
 use nix::unistd::{Gid, Uid};
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
+use super::finalize::ProcessConfig;
 use super::sync::{Channel, Msg};
-use crate::capabilities::Sets;
 use crate::namespaces::{self, Plan};
-use crate::rlimits::Limit;
 use crate::sys::{self, Forked};
-use crate::user::Ids;
 use crate::{hooks, rootfs, user};
 
 /// Everything init needs, built by the runtime before cloning.
@@ -45,25 +43,15 @@ pub(crate) struct InitConfig<'a> {
     pub rootfs: &'a Path,
     pub spec: &'a Spec,
     pub plan: &'a Plan,
-    pub caps: Sets,
-    pub rlimits: Vec<Limit>,
-    pub ids: Ids,
-    pub umask: u32,
-    pub args: Vec<CString>,
-    pub env: Vec<String>,
-    pub cwd: PathBuf,
-    pub no_new_privs: bool,
+    /// The container's process: credentials, limits, program.
+    pub process: ProcessConfig,
     pub no_pivot: bool,
     pub no_new_keyring: bool,
     pub oom_score_adj: Option<i32>,
-    /// fds 3.. that pass to the program untouched (LISTEN_FDS + --preserve-fds).
-    pub preserved_fds: u32,
     /// Hooks exist that need the runtime's help (or the init's pid).
     pub wants_hooks: bool,
     /// Listening socket that `start` connects to.
     pub start_listener: &'a OwnedFd,
-    /// Where the pty master goes, when `process.terminal` is set.
-    pub console: Option<std::os::fd::RawFd>,
     /// fds to move to 0, 1 and 2 first.
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
     /// Keep PDEATHSIG for good: the container dies with its supervisor.
@@ -78,10 +66,6 @@ pub(crate) struct InitConfig<'a> {
     pub cgroup_unified: Option<(PathBuf, String)>,
     /// The host's cgroup hierarchies (`cgroup` mounts are built from them).
     pub cgroup_hierarchies: Vec<crate::cgroups::Mount>,
-    /// `process.consoleSize` as (rows, columns).
-    pub console_size: Option<(u16, u16)>,
-    /// `linux.seccomp`, compiled.
-    pub seccomp: Option<crate::seccomp::Filter>,
 }
 
 /// Child entry point. Never returns.
@@ -98,17 +82,12 @@ pub(crate) fn main(cfg: &InitConfig, chan: &Channel) -> ! {
 pub(crate) type Step = Result<(), String>;
 
 fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
-    // CVE-2019-5736: until execve this process runs the runtime's binary
-    // inside the container; nothing there may open /proc/<pid>/exe.
-    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
-    // If the runtime dies before the container is committed, so do we.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     if let Some(fd) = cfg.lock_fd {
         let _ = nix::unistd::close(fd);
     }
-    if let Some(fds) = cfg.stdio {
-        take_stdio(fds)?;
-    }
+    super::finalize::begin(cfg.stdio)?;
+    // If the runtime dies before the container is committed, so do we.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     expect(chan, Msg::Go)?;
     join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
     let plan = cfg.plan;
@@ -116,6 +95,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         become_ns_root()?;
     }
     enter_namespaces(plan, chan)?;
+    close_host_fds(cfg, chan)?;
 
     if plan.is_new(LinuxNamespaceType::Network) && wants_loopback(cfg.spec) {
         sys::loopback_up().map_err(|e| e.to_string())?;
@@ -176,37 +156,9 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
 
     rootfs::apply_sysctl(&root, cfg.spec)?;
     rootfs::protect_paths(&root, cfg.spec)?;
-    root.mkdir_all(&cfg.cwd, 0o755).map_err(|e| format!("process.cwd: {e}"))?;
+    root.mkdir_all(&cfg.process.cwd, 0o755).map_err(|e| format!("process.cwd: {e}"))?;
     rootfs::enter(root, cfg.spec, cfg.no_pivot)?;
-    if let Some(sock) = cfg.console {
-        crate::tty::setup_console(sock, cfg.console_size, cfg.ids.uid, cfg.ids.gid, true)?;
-    }
-
-    crate::rlimits::apply(&cfg.rlimits)?;
-    // chdir before dropping privileges (the directory may be closed to the
-    // user), and check afterwards that it is inside the new root.
-    nix::unistd::chdir(&cfg.cwd).map_err(|e| format!("process.cwd: chdir {}: {e}", cfg.cwd.display()))?;
-    crate::lsm::apply(cfg.spec)?;
-    if !cfg.no_new_privs {
-        load_seccomp(cfg.seccomp.as_ref(), chan)?;
-    }
-    user::switch(&cfg.ids, &cfg.caps, user::setgroups_allowed())?;
-    // A change of uid or gid clears PDEATHSIG: set it again.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
-    verify_cwd()?;
-    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(cfg.umask));
-    if cfg.no_new_privs {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("prctl(PR_SET_NO_NEW_PRIVS): {e}"))?;
-    }
-
-    let env = with_home(&cfg.env, cfg.ids.uid);
-    let exe = find_executable(&cfg.args[0], &env)?;
-    refuse_runtime_binary(&exe)?;
-    let env: Vec<CString> = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
-    sys::cloexec_from(3 + cfg.preserved_fds).map_err(|e| e.to_string())?;
-    if cfg.no_new_privs {
-        load_seccomp(cfg.seccomp.as_ref(), chan)?;
-    }
+    let program = super::finalize::prepare(&cfg.process, chan, true)?;
 
     chan.send(&Msg::Ready).map_err(|e| e.to_string())?;
     expect(chan, Msg::Committed)?;
@@ -215,7 +167,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         nix::sys::prctl::set_pdeathsig(None).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     }
     chan.send(&Msg::Detached).map_err(|e| e.to_string())?;
-    wait_for_start_and_exec(cfg, host_pid, &exe, &env)
+    wait_for_start_and_exec(cfg, host_pid, &program)
 }
 
 pub(crate) fn expect(chan: &Channel, want: Msg) -> Step {
@@ -226,6 +178,22 @@ pub(crate) fn expect(chan: &Channel, want: Msg) -> Step {
         Some(Msg::Error(e)) => Err(e),
         Some(other) => Err(format!("unexpected message from runtime: {other:?} (wanted {want:?})")),
     }
+}
+
+/// Closes every fd init no longer needs before anything of the image can
+/// run: handles on namespaces and cgroups, the runtime's own namespaces,
+/// the pipes behind the stdio it was given, whatever the caller leaked.
+/// Only stdio, the preserved fds, the start listener, the console socket
+/// and init's end of the channel stay (close-on-exec alone would leave the
+/// rest open to startContainer hooks' parent and to /proc/1/fd).
+///
+/// # Preconditions
+/// Nothing init will drop later owns one of the closed fds: what it holds
+/// here belongs to the runtime's stack frames, which init never returns to.
+fn close_host_fds(cfg: &InitConfig, chan: &Channel) -> Step {
+    let mut keep = vec![chan.as_raw_fd(), cfg.start_listener.as_raw_fd()];
+    keep.extend(cfg.process.console);
+    sys::close_fds_except(3 + cfg.process.preserved_fds, &keep).map_err(|e| e.to_string())
 }
 
 /// The sandbox layer asks, by annotation, for `lo` to be up in a new
@@ -248,28 +216,6 @@ pub(crate) fn join_own_cgroup(tasks: &[PathBuf], unified: Option<&(PathBuf, Stri
         }
     }
     Ok(())
-}
-
-/// Makes `fds` our stdin, stdout and stderr (dup2 clears close-on-exec).
-pub(crate) fn take_stdio(fds: [std::os::fd::RawFd; 3]) -> Step {
-    for (target, fd) in (0..).zip(fds) {
-        if fd != target {
-            nix::unistd::dup2(fd, target).map_err(|e| format!("dup2 stdio fd {fd} to {target}: {e}"))?;
-        }
-    }
-    Ok(())
-}
-
-/// Installs the seccomp filter; with SCMP_ACT_NOTIFY, hands the listener fd
-/// to the runtime and waits until the agent has it. See [`crate::seccomp`]
-/// for the syscalls init still makes afterwards.
-pub(crate) fn load_seccomp(filter: Option<&crate::seccomp::Filter>, chan: &Channel) -> Step {
-    let Some(filter) = filter else { return Ok(()) };
-    let Some(fd) = filter.load().map_err(|e| format!("linux.seccomp: {e}"))? else { return Ok(()) };
-    chan.send(&Msg::SeccompFd).map_err(|e| e.to_string())?;
-    chan.send_fd(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| e.to_string())?;
-    drop(fd);
-    expect(chan, Msg::SeccompDone)
 }
 
 /// In a user namespace made by clone: take uid/gid 0 of it, now that the
@@ -397,10 +343,8 @@ pub(crate) fn refuse_runtime_binary(exe: &CString) -> Step {
 
 /// The interpreter named by a `#!` line, if `path` starts with one.
 fn interpreter(path: &Path) -> Option<PathBuf> {
-    use std::io::Read;
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
-    let line = head[..n].strip_prefix(b"#!")?;
+    let head = rootfs::image::read_head(path, 256)?;
+    let line = head.strip_prefix(b"#!")?;
     let line = line.split(|b| *b == b'\n').next()?;
     let word = line.split(|b| *b == b' ' || *b == b'\t').find(|w| !w.is_empty())?;
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(word)))
@@ -422,7 +366,7 @@ pub(crate) fn state_json(cfg: &InitConfig, pid: i32, status: &str) -> Vec<u8> {
 /// Blocks until `start` connects, then runs startContainer hooks and execs.
 /// A failure is written back on the connection so `start` can report it;
 /// on success the connection closes with execve (it is close-on-exec).
-fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, exe: &CString, env: &[CString]) -> Step {
+fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &super::finalize::Program) -> Step {
     // Only a `start` that says so releases us: a connection that closes
     // without the byte (a start killed half-way) is not a start.
     let conn = loop {
@@ -432,6 +376,8 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, exe: &CString, env: 
             break conn;
         }
     };
+    // Nobody else may start us, and no hook needs the listener.
+    let _ = nix::unistd::close(cfg.start_listener.as_raw_fd());
     let fail = |msg: String| -> Step {
         let _ = nix::unistd::write(&conn, msg.as_bytes());
         sys::exit_child(127)
@@ -439,14 +385,5 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, exe: &CString, env: 
     if let Err(e) = hooks::run_all(cfg.spec, hooks::Kind::StartContainer, &state_json(cfg, host_pid, "created")) {
         return fail(e.to_string());
     }
-    let argv: Vec<&std::ffi::CStr> = cfg.args.iter().map(|a| a.as_c_str()).collect();
-    let envp: Vec<&std::ffi::CStr> = env.iter().map(|a| a.as_c_str()).collect();
-    // The real file-descriptor limit, now that init needs no more fds of
-    // its own (a soft limit of 0 would have failed the accept above).
-    if let Err(e) = crate::rlimits::apply_final(&cfg.rlimits) {
-        return fail(e);
-    }
-    sys::reset_signals();
-    let errno = sys::execve(exe, &argv, &envp);
-    fail(format!("exec {:?}: {errno}", exe))
+    fail(super::finalize::exec(&cfg.process, program))
 }

@@ -64,6 +64,10 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
     let (ours, theirs) = sync::pair()?;
     let plan = cfg.plan;
     let cgroup = host.cgroup_fd()?;
+    // CVE-2019-5736: init runs the runtime's binary inside the container
+    // until its execve; it is born non-dumpable, so no process there ever
+    // sees it dumpable (/proc/<pid>/exe, /proc/<pid>/mem) even for a moment.
+    sys::set_non_dumpable()?;
     let forked = clone_init(cfg.spec, plan, cgroup.as_ref().map(std::os::fd::AsRawFd::as_raw_fd))?;
     let child = match forked {
         Forked::Child => {
@@ -140,7 +144,7 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
 /// Hands init's seccomp notification fd to the agent at `listenerPath`,
 /// with the state of the container being created.
 fn seccomp_agent(cfg: &InitConfig, pid: Pid, fd: &std::os::fd::OwnedFd) -> Result<()> {
-    let Some(listener) = cfg.seccomp.as_ref().and_then(|f| f.listener()) else {
+    let Some(listener) = cfg.process.seccomp.as_ref().and_then(|f| f.listener()) else {
         return Err(RuntimeError::Init("sent a seccomp fd, but no listenerPath is configured".into()));
     };
     let state = init::state_json(cfg, pid.as_raw(), "creating");
@@ -161,8 +165,7 @@ fn died(pid: Pid) -> String {
 fn clone_init(spec: &Spec, plan: &namespaces::Plan, cgroup: Option<std::os::fd::RawFd>) -> Result<Forked> {
     let mut restore = Vec::new();
     for j in &plan.parent_joins {
-        let name = if j.typ == LinuxNamespaceType::Pid { "pid" } else { "time" };
-        restore.push(namespaces::Join { typ: j.typ, fd: namespaces::open_own(name)? });
+        restore.push(namespaces::Join { typ: j.typ, fd: namespaces::open_own(namespaces::proc_name(j.typ))? });
         namespaces::setns(j)?;
     }
     #[allow(clippy::cast_sign_loss, reason = "flag bits, none of them the sign bit")]

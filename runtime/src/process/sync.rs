@@ -87,6 +87,12 @@ pub(crate) struct Channel {
     fd: OwnedFd,
 }
 
+impl AsRawFd for Channel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// A fresh connected pair: (runtime end, init end).
 pub(crate) fn pair() -> Result<(Channel, Channel), SysError> {
     let (a, b) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)

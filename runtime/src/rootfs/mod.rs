@@ -9,6 +9,7 @@
 mod cgroupfs;
 mod copyup;
 mod devices;
+pub(crate) mod image;
 mod mounts;
 mod paths;
 
@@ -86,9 +87,13 @@ pub(crate) fn apply_sysctl(root: &Root, spec: &Spec) -> Result<()> {
     let Some(sysctl) = spec.linux().as_ref().and_then(|l| l.sysctl().as_ref()) else { return Ok(()) };
     for (k, v) in sysctl {
         let path = Path::new("/proc/sys").join(k.replace('.', "/"));
-        let fd = root
-            .open_in(&path, nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_TRUNC)
-            .map_err(|e| format!("linux.sysctl {k}: {e}"))?;
+        let fd = root.open_in(&path, nix::fcntl::OFlag::O_WRONLY).map_err(|e| format!("linux.sysctl {k}: {e}"))?;
+        // A mount over /proc/sys (a config's, or the image's) must not take
+        // the write somewhere else and let the setting silently not apply.
+        let fs = nix::sys::statfs::fstatfs(&fd).map_err(|e| format!("linux.sysctl {k}: fstatfs: {e}"))?;
+        if fs.filesystem_type() != nix::sys::statfs::PROC_SUPER_MAGIC {
+            return Err(format!("linux.sysctl {k}: {} is not on procfs", root.describe(&path)));
+        }
         nix::unistd::write(&fd, v.as_bytes()).map_err(|e| format!("linux.sysctl {k}={v}: write: {e}"))?;
     }
     Ok(())
@@ -135,6 +140,11 @@ pub(crate) fn enter(root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
         let locked = crate::sys::mount::locked_flags(&root_fd);
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
         mount(None, "/", None, flags, None, "/").map_err(|e| format!("make root read-only: {e}"))?;
+        // Fail closed: a root that is still writable must not run anything.
+        let st = nix::sys::statvfs::statvfs("/").map_err(|e| format!("statvfs /: {e}"))?;
+        if !st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+            return Err("root.readonly: the root is still writable after the read-only remount".into());
+        }
     }
     Ok(())
 }

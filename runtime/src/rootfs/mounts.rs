@@ -1,5 +1,6 @@
 //! One config.json mount at a time, in order.
 
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
@@ -26,6 +27,9 @@ pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
     }
     if opts.is_bind() || typ == "bind" {
         return bind(root, m, &opts, o).map_err(|e| what(&e));
+    }
+    if typ == "proc" || typ == "sysfs" {
+        ordinary_directory(root, dest, typ).map_err(|e| what(&e))?;
     }
     let target = root.mkdir_all(dest, 0o755).map_err(|e| what(&e))?;
     if opts.copy_up && typ != "tmpfs" {
@@ -63,6 +67,27 @@ pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
         super::copyup::copy_tree(&below, &fresh).map_err(|e| what(&format!("tmpcopyup: {e}")))?;
     }
     after_mount(root, dest, &opts, later_ro).map_err(|e| what(&e))
+}
+
+/// procfs and sysfs go only on a real directory of the image (or where
+/// there is nothing yet), never through a symlink the image put there: what
+/// the runtime later writes under /proc and /sys (sysctls, LSM attributes)
+/// must reach the kernel's files, and runc refuses the same.
+fn ordinary_directory(root: &Root, dest: &Path, typ: &str) -> Result<()> {
+    let parent = dest.parent().unwrap_or(Path::new("/"));
+    let Some(name) = dest.file_name() else { return Ok(()) };
+    let dir = match root.open_in(parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+        Ok(d) => d,
+        Err(e) if e.errno == nix::errno::Errno::ENOENT => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    match nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => Err(format!(
+            "filesystem {typ:?} must be mounted on an ordinary directory, and the image has something else there"
+        )),
+        Ok(_) | Err(nix::errno::Errno::ENOENT) => Ok(()),
+        Err(e) => Err(format!("stat: {e}")),
+    }
 }
 
 fn bind(root: &Root, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> {

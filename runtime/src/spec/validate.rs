@@ -130,7 +130,13 @@ fn check_mounts(spec: &Spec) -> Result<()> {
 fn check_sysctl(spec: &Spec) -> Result<()> {
     let Some(linux) = spec.linux() else { return Ok(()) };
     let Some(sysctl) = linux.sysctl() else { return Ok(()) };
-    let private = |t: LinuxNamespaceType| linux.namespaces().as_ref().is_some_and(|v| v.iter().any(|n| n.typ() == t));
+    // Listed, and not joined by a path that is the runtime's own (the host's)
+    // namespace: `/proc/1/ns/net` is as shared as no entry at all.
+    let private = |t: LinuxNamespaceType| {
+        linux.namespaces().as_ref().is_some_and(|v| {
+            v.iter().any(|n| n.typ() == t && n.path().as_deref().is_none_or(|p| !crate::namespaces::is_own_path(t, p)))
+        })
+    };
     for key in sysctl.keys() {
         let k = key.replace('/', ".");
         let ok = if k.starts_with("net.") {
@@ -295,6 +301,13 @@ mod tests {
         validate(&ok).unwrap();
         let e = err(serde_json::json!({"linux": {"sysctl": {"vm.overcommit_memory": "1"}}}));
         assert!(e.contains("vm.overcommit_memory"), "{e}");
+        // Joining our own (the host's) namespace by path shares it all the same.
+        for (ns, key) in [("net", "net.ipv4.ip_forward"), ("ipc", "kernel.shmmax"), ("uts", "kernel.domainname")] {
+            let typ = if ns == "net" { "network" } else { ns };
+            let e = err(serde_json::json!({"linux": {
+                "namespaces": [{"type": typ, "path": format!("/proc/self/ns/{ns}")}], "sysctl": {key: "1"}}}));
+            assert!(e.contains(key) && e.contains("shared with the host"), "{e}");
+        }
     }
 
     #[test]

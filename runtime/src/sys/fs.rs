@@ -155,6 +155,12 @@ pub(crate) fn open_path(path: &Path, flags: OFlag) -> Result<OwnedFd, SysError> 
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens `path` (resolved from the cwd and root as usual) without following
+/// magic links such as `/proc/self/fd/N`.
+pub(crate) fn open_no_magiclinks(path: &Path, flags: OFlag) -> Result<OwnedFd, Errno> {
+    openat2(libc::AT_FDCWD, path, flags, libc::RESOLVE_NO_MAGICLINKS)
+}
+
 /// Reads a procfs or cgroupfs file whole. They report a size of 0, so
 /// `read_to_string` would start from a 32-byte probe and grow, paying a
 /// system call per doubling; one page-sized buffer takes most in one read.
@@ -241,11 +247,18 @@ mod tests {
 
     #[test]
     fn magic_links_are_refused() {
-        let root = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink("/proc/self/root", root.path().join("magic")).unwrap();
-        let r = Root::open(root.path()).unwrap();
-        // In-root resolution turns the absolute link into <root>/proc/...,
-        // which doesn't exist: nothing reaches the host's /proc.
-        assert!(r.open_in(Path::new("/magic/etc"), OFlag::O_PATH).is_err());
+        // A real magic link: /proc/self/fd/N, N an fd we hold on a directory
+        // with a file in it. Resolved under the host's own root, where
+        // /proc/self/fd exists, following it would reach the file.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("x"), "").unwrap();
+        let held = std::fs::File::open(dir.path()).unwrap();
+        let r = Root::open(Path::new("/")).unwrap();
+        let link = format!("/proc/self/fd/{}/x", held.as_raw_fd());
+        let e = r.open_in(Path::new(&link), OFlag::O_PATH).unwrap_err();
+        assert!(matches!(e.errno, Errno::ELOOP | Errno::EXDEV), "{e}");
+        assert!(open_no_magiclinks(Path::new(&link), OFlag::O_PATH).is_err());
+        // The same file by its real path opens: the refusal is the link's.
+        r.open_in(&dir.path().join("x"), OFlag::O_PATH).unwrap();
     }
 }

@@ -138,6 +138,133 @@ pub(crate) fn cloexec_from(first: u32) -> Result<(), SysError> {
     Ok(())
 }
 
+/// Closes every fd from `first` on except those in `keep`, with
+/// `close_range(2)` over the gaps between them.
+///
+/// # Preconditions
+/// No value that will still be dropped owns a closed fd (it would close a
+/// later fd that reused the number).
+pub(crate) fn close_fds_except(first: u32, keep: &[RawFd]) -> Result<(), SysError> {
+    let mut keep: Vec<u32> = keep.iter().filter_map(|fd| u32::try_from(*fd).ok()).filter(|fd| *fd >= first).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut from = first;
+    for k in keep {
+        if k > from {
+            close_range(from, k - 1)?;
+        }
+        from = k + 1;
+    }
+    close_range(from, u32::MAX)
+}
+
+fn close_range(first: u32, last: u32) -> Result<(), SysError> {
+    // SAFETY: plain syscall with integer arguments; the caller vouches that
+    // nothing it will use again refers to these fds.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    if ret < 0 {
+        return Err(SysError::new("close_range", format_args!("{first}..={last}"), Errno::last()));
+    }
+    Ok(())
+}
+
+/// `open_tree(path, OPEN_TREE_CLONE)`: a detached bind mount of `path` (a
+/// file or a directory), seen by no mount namespace, alive while the fd (or
+/// a file opened through it, or a process executing it) is.
+pub(crate) fn open_tree_clone(path: &CStr) -> Result<OwnedFd, SysError> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    #[allow(clippy::cast_sign_loss, reason = "O_CLOEXEC is a positive flag bit")]
+    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    if ret < 0 {
+        return Err(SysError::new("open_tree", path.to_string_lossy(), Errno::last()));
+    }
+    #[allow(clippy::cast_possible_truncation, reason = "the kernel returns an int fd")]
+    let fd = ret as RawFd;
+    // SAFETY: a fresh fd from the kernel.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH)`: sets `attrs` (MOUNT_ATTR_*) on
+/// the mount `fd` refers to.
+pub(crate) fn mount_setattr(fd: &OwnedFd, attrs: u64) -> Result<(), SysError> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let attr = MountAttr { attr_set: attrs, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    // SAFETY: the empty path is NUL-terminated, `attr` lives on our stack for
+    // the call and its size is passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if ret < 0 {
+        return Err(SysError::new("mount_setattr", format_args!("attr_set={attrs:#x}"), Errno::last()));
+    }
+    Ok(())
+}
+
+/// `execveat(fd, "", argv, envp, AT_EMPTY_PATH)`: runs the file `fd`
+/// refers to. Returns only on failure.
+pub(crate) fn execveat_fd(fd: &OwnedFd, argv: &[&CStr], envp: &[&CStr]) -> Errno {
+    let argv: Vec<*const libc::c_char> =
+        argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let envp: Vec<*const libc::c_char> =
+        envp.iter().map(|e| e.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    // SAFETY: both arrays are NULL-terminated and point at NUL-terminated
+    // strings that outlive the call (which replaces this process on success).
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    Errno::last()
+}
+
+/// A sealed, read-only in-memory copy of the file open at `src`: an
+/// executable nobody can write (`memfd_create` + the four seals).
+pub(crate) fn memfd_sealed_copy(src: &std::fs::File) -> Result<OwnedFd, SysError> {
+    // SAFETY: the name is NUL-terminated; a fresh fd is returned or -1.
+    let fd = unsafe { libc::memfd_create(c"tinyrun".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(SysError::bare("memfd_create", Errno::last()));
+    }
+    // SAFETY: a fresh fd from the kernel.
+    let mem = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut from = src;
+    let mut to = std::fs::File::from(mem.try_clone().map_err(|e| SysError::bare("dup memfd", io_errno(&e)))?);
+    std::io::copy(&mut from, &mut to)
+        .map_err(|e| SysError::bare("copy the runtime binary to a memfd", io_errno(&e)))?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: F_ADD_SEALS takes an int.
+    if unsafe { libc::fcntl(mem.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(SysError::bare("seal the memfd copy", Errno::last()));
+    }
+    Ok(mem)
+}
+
+/// The seals on `fd` (0 for a file that can't have any).
+pub(crate) fn seals(fd: &impl AsRawFd) -> i32 {
+    // SAFETY: F_GET_SEALS takes no argument.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) }.max(0)
+}
+
 /// `setdomainname(2)`, which nix does not wrap.
 pub(crate) fn setdomainname(name: &str) -> Result<(), SysError> {
     // SAFETY: the pointer and length describe `name`'s bytes, which outlive the call.
@@ -230,6 +357,25 @@ pub(crate) fn get_winsize(fd: RawFd) -> Result<nix::pty::Winsize, Errno> {
     // SAFETY: TIOCGWINSZ writes one Winsize through a valid pointer.
     unsafe { ioctl_get_winsize(fd, &mut ws) }?;
     Ok(ws)
+}
+
+nix::ioctl_write_int_bad!(ioctl_get_peer, libc::TIOCGPTPEER);
+
+/// TIOCGPTPEER: opens the slave of pty master `master` from the master
+/// itself, read-write, without making it a controlling terminal.
+pub(crate) fn pty_peer(master: RawFd) -> Result<OwnedFd, Errno> {
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: TIOCGPTPEER takes open flags as an integer and returns a new fd.
+    let fd = unsafe { ioctl_get_peer(master, flags) }?;
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Makes this process non-dumpable: its /proc files become root's, and
+/// /proc/<pid>/exe, /mem and the like can't be opened by others without
+/// CAP_SYS_PTRACE. A clone inherits it.
+pub(crate) fn set_non_dumpable() -> Result<(), SysError> {
+    nix::sys::prctl::set_dumpable(false).map_err(|e| SysError::bare("prctl(PR_SET_DUMPABLE, 0)", e))
 }
 
 /// TIOCSCTTY: make `fd` (a pty slave) the session's controlling terminal.

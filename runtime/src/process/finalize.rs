@@ -1,0 +1,157 @@
+//! The one path from "inside the container" to the program, shared by init
+//! and by every `exec`'d process (runc's standard and setns inits differ
+//! here; two copies drift, so there is one).
+//!
+//! Runs in the cloned child, after it has joined or made its namespaces and
+//! (for init) entered its root. In order:
+//!  1. the terminal, when there is one: the pty becomes the controlling tty
+//!     of the new session [`begin`] made
+//!  2. rlimits (while the hard limits may still be raised), cwd
+//!  3. AppArmor profile and SELinux label, armed for execve
+//!  4. seccomp, when no_new_privs is off (it needs CAP_SYS_ADMIN, so before
+//!     the capabilities go)
+//!  5. groups, gid, uid and capabilities; then non-dumpable and PDEATHSIG
+//!     again (a change of credentials resets both)
+//!  6. cwd check, umask, no_new_privs
+//!  7. `args[0]` looked up, the runtime's own binary refused, every fd but
+//!     stdio and the preserved ones marked close-on-exec
+//!  8. seccomp, when no_new_privs is on (as late as possible)
+//!
+//! then, after whatever the caller does in between (init waits for
+//! `start`), [`exec`]: the final rlimits, default signals, execve.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::RawFd;
+use std::path::PathBuf;
+
+use nix::sys::signal::Signal;
+
+use super::init::{find_executable, refuse_runtime_binary, verify_cwd, with_home, Step};
+use super::sync::{Channel, Msg};
+use crate::capabilities::Sets;
+use crate::rlimits::Limit;
+use crate::sys;
+use crate::user::{self, Ids};
+
+/// The process part of the config, prepared by the runtime before cloning.
+pub(crate) struct ProcessConfig {
+    pub ids: Ids,
+    pub caps: Sets,
+    pub rlimits: Vec<Limit>,
+    /// None keeps the runtime's (exec without `user.umask`, as runc does).
+    pub umask: Option<u32>,
+    pub args: Vec<CString>,
+    pub env: Vec<String>,
+    pub cwd: PathBuf,
+    pub no_new_privs: bool,
+    /// fds 3.. that pass to the program untouched (LISTEN_FDS, --preserve-fds).
+    pub preserved_fds: u32,
+    /// Where the pty master goes, when the process has a terminal.
+    pub console: Option<RawFd>,
+    /// `process.consoleSize` as (rows, columns).
+    pub console_size: Option<(u16, u16)>,
+    /// The container's `linux.seccomp`, compiled.
+    pub seccomp: Option<crate::seccomp::Filter>,
+    /// `process.apparmorProfile`, when set.
+    pub apparmor: Option<String>,
+    /// `process.selinuxLabel`, when set.
+    pub selinux: Option<String>,
+}
+
+/// What [`exec`] runs: resolved by [`prepare`] while the container's
+/// files could still be looked at with the privileges to do so.
+pub(crate) struct Program {
+    exe: CString,
+    env: Vec<CString>,
+}
+
+/// First thing in every container process: take the stdio it was given,
+/// and leave the caller's session, so nothing in the container ever holds
+/// the caller's terminal as its controlling tty (TIOCSTI would type into
+/// the caller's shell: the CVE-2017-5226 class).
+pub(crate) fn begin(stdio: Option<[RawFd; 3]>) -> Step {
+    if let Some(fds) = stdio {
+        take_stdio(fds)?;
+    }
+    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    // Made non-dumpable by the runtime before the clone; a process that is
+    // somehow dumpable here must not go on into the container.
+    if nix::sys::prctl::get_dumpable().map_err(|e| format!("prctl(PR_GET_DUMPABLE): {e}"))? {
+        return Err("the process is dumpable; refusing to enter the container".into());
+    }
+    Ok(())
+}
+
+/// Makes `fds` our stdin, stdout and stderr (dup2 clears close-on-exec).
+fn take_stdio(fds: [RawFd; 3]) -> Step {
+    for (target, fd) in (0..).zip(fds) {
+        if fd != target {
+            nix::unistd::dup2(fd, target).map_err(|e| format!("dup2 stdio fd {fd} to {target}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Steps 1-8 above. `dev_console`: init also binds the pty over
+/// /dev/console (an exec'd process must not replace the container's).
+pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> Result<Program, String> {
+    if let Some(sock) = p.console {
+        crate::tty::setup_console(sock, p.console_size, p.ids.uid, p.ids.gid, dev_console)?;
+    }
+    crate::rlimits::apply(&p.rlimits)?;
+    // chdir before dropping privileges (the directory may be closed to the
+    // user), and check afterwards that it is inside the new root.
+    nix::unistd::chdir(&p.cwd).map_err(|e| format!("process.cwd: chdir {}: {e}", p.cwd.display()))?;
+    crate::lsm::apply(p.apparmor.as_deref(), p.selinux.as_deref())?;
+    if !p.no_new_privs {
+        load_seccomp(p.seccomp.as_ref(), chan)?;
+    }
+    user::switch(&p.ids, &p.caps, user::setgroups_allowed())?;
+    // A change of credentials sets dumpable to fs.suid_dumpable (1 on a
+    // host in debug mode would let the container's uid open
+    // /proc/<pid>/exe: CVE-2019-5736) and clears PDEATHSIG.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    verify_cwd()?;
+    if let Some(m) = p.umask {
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(m));
+    }
+    if p.no_new_privs {
+        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("prctl(PR_SET_NO_NEW_PRIVS): {e}"))?;
+    }
+    let env = with_home(&p.env, p.ids.uid);
+    let exe = find_executable(&p.args[0], &env)?;
+    refuse_runtime_binary(&exe)?;
+    let env = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
+    sys::cloexec_from(3 + p.preserved_fds).map_err(|e| e.to_string())?;
+    if p.no_new_privs {
+        load_seccomp(p.seccomp.as_ref(), chan)?;
+    }
+    Ok(Program { exe, env })
+}
+
+/// Installs the seccomp filter; with SCMP_ACT_NOTIFY, hands the listener fd
+/// to the runtime and waits until the agent has it. See [`crate::seccomp`]
+/// for the syscalls init still makes afterwards.
+fn load_seccomp(filter: Option<&crate::seccomp::Filter>, chan: &Channel) -> Step {
+    let Some(filter) = filter else { return Ok(()) };
+    let Some(fd) = filter.load().map_err(|e| format!("linux.seccomp: {e}"))? else { return Ok(()) };
+    chan.send(&Msg::SeccompFd).map_err(|e| e.to_string())?;
+    chan.send_fd(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| e.to_string())?;
+    drop(fd);
+    super::init::expect(chan, Msg::SeccompDone)
+}
+
+/// The last steps: the final file-descriptor limit (the runtime's own work
+/// needed some fds until now), default signal handling, execve. Returns
+/// only on failure, with what execve said.
+pub(crate) fn exec(p: &ProcessConfig, prog: &Program) -> String {
+    if let Err(e) = crate::rlimits::apply_final(&p.rlimits) {
+        return e;
+    }
+    let argv: Vec<&CStr> = p.args.iter().map(|a| a.as_c_str()).collect();
+    let envp: Vec<&CStr> = prog.env.iter().map(|a| a.as_c_str()).collect();
+    sys::reset_signals();
+    let errno = sys::execve(&prog.exe, &argv, &envp);
+    format!("exec {:?}: {errno}", prog.exe)
+}
