@@ -7,6 +7,8 @@
 //! * [`Runtime`]: the binary under test (`TINYRUN_BIN`, default `<workspace>/target/debug/tinyrun`)
 //!   plus a private `--root` per test. It owns every resource a test creates and cleans it up in
 //!   `Drop`, even when the test panics (see [`Runtime`]'s `Drop`).
+//! * [`sandbox::Sbx`]: the same for `tinyrun sandbox`, recording the ids of the sandboxes a test
+//!   made so their cgroups can be checked and cleaned.
 //! * [`Bundle`]: a bundle written by `bundles/mkbundle`, sharing one read-only rootfs built once by
 //!   `bundles/mkrootfs` into `target/conformance-rootfs`, with a [`Bundle::config_mut`] helper.
 //!
@@ -17,6 +19,7 @@
 mod bundle;
 mod host;
 mod runtime;
+pub mod sandbox;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
