@@ -91,6 +91,13 @@ pub(crate) enum Command {
     /// show the enabled features
     Features,
     /// run untrusted code in a hardened, throw-away box
+    ///
+    /// Host ids: every box maps its uids and gids 0..65535 to a range of 65536 host ids of its own, taken
+    /// from a pool (default 0x70000000 up to 0x7FFE0000: above Debian's SUB_UID_MAX, outside systemd's container
+    /// and foreign-image ranges, below 2^31) and skipping every range in /etc/subuid and /etc/subgid. Ranges in
+    /// use are recorded under <root>/sandbox-ids and freed when the box is removed. Choose another pool with
+    /// --id-range FIRST:COUNT or TINYRUN_SANDBOX_ID_RANGE=FIRST:COUNT (multiples of 65536). Ranges are kept apart
+    /// among the boxes of one --root: give boxes under different roots different pools.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
 }
@@ -158,6 +165,10 @@ pub(crate) struct SandboxSizeArgs {
     /// loosen: run without the seccomp allowlist
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub no_seccomp: bool,
+    /// the pool of host ids each box gets 65536 of its own from: FIRST:COUNT, multiples of 65536, decimal or 0x hex
+    /// (default 1879048192:268304384, i.e. 0x70000000 up to 0x7FFE0000)
+    #[arg(long, value_name = "FIRST:COUNT", env = "TINYRUN_SANDBOX_ID_RANGE")]
+    pub id_range: Option<String>,
 }
 
 #[derive(Debug, Args)]

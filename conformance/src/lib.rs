@@ -7,6 +7,8 @@
 //! * [`Runtime`]: the binary under test (`TINYRUN_BIN`, default `<workspace>/target/debug/tinyrun`)
 //!   plus a private `--root` per test. It owns every resource a test creates and cleans it up in
 //!   `Drop`, even when the test panics (see [`Runtime`]'s `Drop`).
+//! * [`sandbox::Sbx`]: the same for `tinyrun sandbox`, recording the ids of the sandboxes a test
+//!   made so their cgroups can be checked and cleaned.
 //! * [`Bundle`]: a bundle written by `bundles/mkbundle`, sharing one read-only rootfs built once by
 //!   `bundles/mkrootfs` into `target/conformance-rootfs`, with a [`Bundle::config_mut`] helper.
 //!
@@ -18,6 +20,7 @@ mod bundle;
 mod host;
 mod known_bugs;
 mod runtime;
+pub mod sandbox;
 pub mod terminal;
 
 use std::collections::BTreeMap;

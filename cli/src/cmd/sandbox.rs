@@ -1,7 +1,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use tinyrun::sandbox::{self, parse_duration, parse_size, Preset, SandboxOptions};
+use tinyrun::sandbox::{self, parse_duration, parse_size, IdRange, Preset, SandboxOptions};
 
 use crate::args::{ListFormat, SandboxCommand, SandboxPoolCommand, SandboxSizeArgs};
 
@@ -87,5 +87,8 @@ fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
     };
     o.writable_root = a.writable_root;
     o.no_seccomp = a.no_seccomp;
+    if let Some(r) = &a.id_range {
+        o.host_ids = r.parse::<IdRange>()?;
+    }
     Ok(o)
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::ids::IdRange;
 use crate::error::{Result, RuntimeError};
 
 /// Size presets: each step roughly doubles the one before.
@@ -66,6 +67,8 @@ pub struct SandboxOptions {
     pub no_seccomp: bool,
     /// Most bytes of stdout and of stderr kept for `--json`.
     pub output_cap: usize,
+    /// The pool each box's own range of 65536 host ids is taken from.
+    pub host_ids: IdRange,
 }
 
 impl Default for SandboxOptions {
@@ -98,6 +101,7 @@ impl SandboxOptions {
             writable_root: false,
             no_seccomp: false,
             output_cap: 1 << 20,
+            host_ids: IdRange::default(),
         }
     }
 }

@@ -7,23 +7,23 @@ use super::options::SandboxOptions;
 use super::run::launch;
 use crate::error::Result;
 
-/// Pool sandboxes' ids start with this, followed by the size key.
+/// Pool sandboxes' ids start with this, followed by the key.
 const PREFIX: &str = "pool";
 
-/// A key for the sizes, so a run only takes a sandbox made to its measure.
-fn key(o: &SandboxOptions) -> String {
-    // Hundredths of a CPU; options made cpus positive and finite.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "a small positive number")]
-    let centi = (o.cpus * 100.0).round() as u64;
-    format!("{PREFIX}{}m{centi}c{}p", o.memory >> 20, o.pids)
+/// A key for everything that shapes a box's isolation (limits, seccomp,
+/// network, root, mounts, env, ...), so a run only takes a box made exactly
+/// as it would make one itself: never one with a looser filter or another
+/// root.
+fn key(o: &SandboxOptions) -> Result<String> {
+    Ok(format!("{PREFIX}{}", super::spec::isolation_digest(o)?))
 }
 
 /// Marks a pool sandbox as taken; created with O_EXCL, so only one caller
 /// ever gets a given sandbox.
 const CLAIM: &str = "claimed";
 
-fn idle(root: &Path, opts: &SandboxOptions) -> Result<Vec<String>> {
-    let k = format!("{}-", key(opts));
+fn idle(root: &Path, key: &str) -> Result<Vec<String>> {
+    let k = format!("{key}-");
     Ok(super::run::list(root)?
         .into_iter()
         .filter(|s| s.id.starts_with(&k) && s.status == crate::Status::Running)
@@ -32,34 +32,35 @@ fn idle(root: &Path, opts: &SandboxOptions) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Where `pool fill` remembers how many of a size to keep.
-fn target_file(root: &Path, opts: &SandboxOptions) -> std::path::PathBuf {
-    root.join("sandbox-pool").join(key(opts))
+/// Where `pool fill` remembers how many boxes of a key to keep.
+fn target_file(root: &Path, key: &str) -> std::path::PathBuf {
+    root.join("sandbox-pool").join(key)
 }
 
-/// Makes idle sandboxes until `n` of this size are waiting, and remembers
-/// `n` for later refills.
+/// Makes idle sandboxes until `n` of these options are waiting, and
+/// remembers `n` for later refills.
 pub fn fill(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>> {
-    let target = target_file(root, opts);
+    let key = key(opts)?;
+    let target = target_file(root, &key);
     if let Some(dir) = target.parent() {
         std::fs::create_dir_all(dir).map_err(|e| crate::RuntimeError::io("create", dir, e))?;
     }
     crate::state::write_atomic(&target, n.to_string().as_bytes(), 0o600)?;
-    top_up(root, opts, n)
+    top_up(root, opts, &key, n)
 }
 
-fn top_up(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>> {
-    let have = idle(root, opts)?.len();
+fn top_up(root: &Path, opts: &SandboxOptions, key: &str, n: usize) -> Result<Vec<String>> {
+    let have = idle(root, key)?.len();
     let mut made = Vec::new();
     for _ in have..n {
-        made.push(launch(root, opts, &key(opts))?);
+        made.push(launch(root, opts, key)?);
     }
     Ok(made)
 }
 
-/// Claims one idle sandbox of this size, if there is one.
+/// Claims one idle sandbox made with these options, if there is one.
 pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
-    for id in idle(root, opts)? {
+    for id in idle(root, &key(opts)?)? {
         let marker = root.join("sandbox").join(&id).join(CLAIM);
         if std::fs::OpenOptions::new().write(true).create_new(true).open(&marker).is_ok() {
             return Ok(Some(id));
@@ -70,8 +71,17 @@ pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
 
 /// Removes a used pool sandbox and tops the pool back up, in a detached
 /// child, so the caller that just used it waits for neither.
-pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: &str) {
-    if let Ok(crate::sys::Forked::Child) = crate::sys::clone_fork(0, None) {
+///
+/// # Preconditions
+/// The caller is single-threaded (see [`crate::sys::fork`]).
+pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: &str) -> Result<()> {
+    let forked = match crate::sys::fork() {
+        Ok(f) => f,
+        // No child to do it: remove the used box here, so it never lingers.
+        Err(_) => return super::run::terminate(root, used),
+    };
+    if let crate::sys::Forked::Child = forked {
+        // Nothing is left to report to: the caller has its answer.
         let _ = nix::unistd::setsid();
         // Our stdout may be the caller's pipe: don't hold it open.
         if let Ok(null) = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDWR) {
@@ -79,9 +89,12 @@ pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: &str) {
                 let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
             }
         }
-        let _ = super::run::terminate(root, used);
-        let n = std::fs::read_to_string(target_file(root, opts)).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(1);
-        let code = i32::from(top_up(root, opts, n).is_err());
-        crate::sys::exit_child(code);
+        let removed = super::run::terminate(root, used);
+        let refilled = key(opts).and_then(|key| {
+            let n = std::fs::read_to_string(target_file(root, &key)).ok().and_then(|s| s.trim().parse().ok());
+            top_up(root, opts, &key, n.unwrap_or(1))
+        });
+        crate::sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));
     }
+    Ok(())
 }

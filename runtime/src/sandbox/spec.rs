@@ -3,15 +3,15 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
+use super::ids::BLOCK;
 use super::options::SandboxOptions;
 use crate::error::{Result, RuntimeError};
 
 /// Inside the box the program runs as this user, mapped (with the rest of
-/// ids 0..65535) to an unprivileged range on the host.
+/// ids 0..65535) to the box's own range of host ids (see [`super::ids`]).
 pub(crate) const SANDBOX_UID: u32 = 1000;
-const HOST_ID_BASE: u32 = 100_000;
-const ID_RANGE: u32 = 65_536;
 
 /// Host directories that make up the default root, bind-mounted read-only
 /// (or reproduced as symlinks where the host has merged /usr).
@@ -40,16 +40,43 @@ fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(std::io::Error) -> Runti
     move |e| RuntimeError::io(op, p, e)
 }
 
-/// Writes `dir/config.json` (and, for the default root, `dir/rootfs`).
-pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[String]) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(io("create sandbox bundle", dir))?;
+/// What a box's root filesystem is made of.
+enum Root {
+    /// A directory named by `--rootfs` or by `--bundle`'s config.
+    Given(PathBuf),
+    /// An empty skeleton in the bundle dir, filled by read-only binds of the
+    /// host's directories (in the mounts) and these symlinks (path inside
+    /// the root, target), which copy the host's merged-/usr layout.
+    Skeleton(Vec<(PathBuf, PathBuf)>),
+}
+
+/// The parts of a box's spec that come from the host or the options' paths,
+/// read once, before anything is written.
+struct Plan {
+    root: Root,
+    mounts: Vec<Value>,
+}
+
+fn plan(opts: &SandboxOptions) -> Result<Plan> {
     let mut mounts = base_mounts(opts);
     let root = match (&opts.rootfs, &opts.bundle) {
-        (Some(r), _) => std::fs::canonicalize(r).map_err(io("open --rootfs", r))?,
-        (None, Some(b)) => bundle_rootfs(b)?,
-        (None, None) => {
+        (Some(r), _) => Root::Given(std::fs::canonicalize(r).map_err(io("open --rootfs", r))?),
+        (None, Some(b)) => Root::Given(bundle_rootfs(b)?),
+        (None, None) => Root::Skeleton(host_root(&mut mounts)?),
+    };
+    Ok(Plan { root, mounts })
+}
+
+/// Writes `dir/config.json` (and, for the default root, `dir/rootfs`) for
+/// box `id`, whose ids inside map to host ids `host_id..host_id + 65536`.
+pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[String], host_id: u32) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(io("create sandbox bundle", dir))?;
+    let Plan { root, mounts } = plan(opts)?;
+    let root = match root {
+        Root::Given(r) => r,
+        Root::Skeleton(links) => {
             let rootfs = dir.join("rootfs");
-            host_root(&rootfs, &mut mounts)?;
+            skeleton(&rootfs, &links)?;
             rootfs
         }
     };
@@ -57,9 +84,38 @@ pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[
     // box's own root can't create them in a root filesystem it doesn't own.
     mountpoints(&root, &mounts)?;
     reachable(&root)?;
-    let spec = spec_json(id, &root, opts, args, mounts);
+    let spec = spec_json(id, &root, opts, args, mounts, host_id)?;
     let path = dir.join("config.json");
-    std::fs::write(&path, serde_json::to_vec(&spec).unwrap_or_default()).map_err(io("write", &path))
+    let bytes = serde_json::to_vec(&spec).map_err(|e| RuntimeError::InvalidSpec(format!("sandbox spec: {e}")))?;
+    std::fs::write(&path, bytes).map_err(io("write", &path))
+}
+
+/// Fields of a box's spec that differ from box to box of the same options.
+const PER_BOX: [&str; 4] = ["/process/args", "/linux/cgroupsPath", "/linux/uidMappings", "/linux/gidMappings"];
+
+/// A short digest of everything that shapes a box's isolation: the spec a
+/// box of these options gets, less [`PER_BOX`], plus the skeleton's
+/// symlinks (the one part of the root written outside the spec). So any
+/// option that changes the spec changes the digest. Not in it: the timeout
+/// and output cap, which each run applies itself, and the pool of host ids,
+/// which only picks where the box's own range comes from.
+pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
+    let Plan { root, mounts } = plan(opts)?;
+    let (root, links) = match root {
+        Root::Given(r) => (r, Vec::new()),
+        // The skeleton lives in the box's own bundle dir.
+        Root::Skeleton(links) => (PathBuf::new(), links),
+    };
+    let mut spec = spec_json("", &root, opts, &[], mounts, 0)?;
+    for field in PER_BOX {
+        if let Some(v) = spec.pointer_mut(field) {
+            *v = Value::Null;
+        }
+    }
+    let whole = json!({"spec": spec, "skeleton": links});
+    let bytes = serde_json::to_vec(&whole).map_err(|e| RuntimeError::InvalidSpec(format!("sandbox spec: {e}")))?;
+    let sum = Sha256::digest(&bytes);
+    Ok(sum.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 fn bundle_rootfs(bundle: &Path) -> Result<PathBuf> {
@@ -67,34 +123,31 @@ fn bundle_rootfs(bundle: &Path) -> Result<PathBuf> {
     Ok(b.rootfs)
 }
 
-/// An empty skeleton whose directories are filled by read-only binds of the
-/// host's, and whose symlinks copy the host's (merged-/usr layouts).
-fn host_root(rootfs: &Path, mounts: &mut Vec<Value>) -> Result<()> {
-    std::fs::create_dir_all(rootfs.join("etc")).map_err(io("create", rootfs))?;
-    for d in HOST_DIRS {
-        let host = Path::new("/").join(d);
+/// Which host directories the default root binds (added to `mounts`) and
+/// which it reproduces as symlinks (returned).
+fn host_root(mounts: &mut Vec<Value>) -> Result<Vec<(PathBuf, PathBuf)>> {
+    let mut links = Vec::new();
+    let entries = HOST_DIRS.iter().map(|d| (Path::new("/").join(d), PathBuf::from(d)));
+    let etc = HOST_ETC.iter().map(|e| (Path::new("/etc").join(e), Path::new("etc").join(e)));
+    for (host, inside) in entries.chain(etc) {
         let Ok(meta) = std::fs::symlink_metadata(&host) else { continue };
-        let inside = rootfs.join(d);
         if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&host).map_err(io("readlink", &host))?;
-            let _ = std::fs::remove_file(&inside);
-            std::os::unix::fs::symlink(&target, &inside).map_err(io("symlink", &inside))?;
-        } else if meta.is_dir() {
-            mounts.push(bind_ro(&host, &format!("/{d}")));
+            links.push((inside, std::fs::read_link(&host).map_err(io("readlink", &host))?));
+        } else if meta.is_dir() || inside.starts_with("etc") {
+            mounts.push(bind_ro(&host, &format!("/{}", inside.display())));
         }
     }
-    for e in HOST_ETC {
-        let host = Path::new("/etc").join(e);
-        match std::fs::symlink_metadata(&host) {
-            Ok(m) if m.file_type().is_symlink() => {
-                let target = std::fs::read_link(&host).map_err(io("readlink", &host))?;
-                let _ = std::os::unix::fs::symlink(&target, rootfs.join("etc").join(e));
-            }
-            Ok(_) => mounts.push(bind_ro(&host, &format!("/etc/{e}"))),
-            Err(_) => {}
-        }
-    }
+    Ok(links)
+}
+
+/// Makes the default root: its symlinks, and the few /etc files of its own.
+fn skeleton(rootfs: &Path, links: &[(PathBuf, PathBuf)]) -> Result<()> {
     let etc = rootfs.join("etc");
+    std::fs::create_dir_all(&etc).map_err(io("create", rootfs))?;
+    for (inside, target) in links {
+        let path = rootfs.join(inside);
+        std::os::unix::fs::symlink(target, &path).map_err(io("symlink", &path))?;
+    }
     let files = [
         ("passwd", format!("root:x:0:0:root:/root:/bin/sh\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")),
         ("group", format!("root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n")),
@@ -171,7 +224,14 @@ fn base_mounts(opts: &SandboxOptions) -> Vec<Value> {
     ]
 }
 
-fn spec_json(id: &str, root: &Path, opts: &SandboxOptions, args: &[String], mounts: Vec<Value>) -> Value {
+fn spec_json(
+    id: &str,
+    root: &Path,
+    opts: &SandboxOptions,
+    args: &[String],
+    mounts: Vec<Value>,
+    host_id: u32,
+) -> Result<Value> {
     let mut env = vec![
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
         "HOME=/work".to_string(),
@@ -182,7 +242,7 @@ fn spec_json(id: &str, root: &Path, opts: &SandboxOptions, args: &[String], moun
     // Options made cpus positive and finite; `as` saturates anyway.
     #[allow(clippy::cast_possible_truncation, reason = "a quota in microseconds per 100 ms period")]
     let quota = (opts.cpus * 100_000.0).round().max(1000.0) as i64;
-    let map = json!([{"containerID": 0, "hostID": HOST_ID_BASE, "size": ID_RANGE}]);
+    let map = json!([{"containerID": 0, "hostID": host_id, "size": BLOCK}]);
     let mut annotations = json!({"org.tinyrun.sandbox": "true"});
     if opts.loopback {
         annotations[LOOPBACK_ANNOTATION] = json!("up");
@@ -204,11 +264,9 @@ fn spec_json(id: &str, root: &Path, opts: &SandboxOptions, args: &[String], moun
         "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
     });
     if !opts.no_seccomp {
-        if let Ok(profile) = serde_json::from_str::<Value>(SECCOMP_PROFILE) {
-            linux["seccomp"] = profile;
-        }
+        linux["seccomp"] = seccomp_profile()?;
     }
-    json!({
+    Ok(json!({
         "ociVersion": oci_spec::runtime::VERSION,
         "process": {
             "terminal": false,
@@ -225,5 +283,16 @@ fn spec_json(id: &str, root: &Path, opts: &SandboxOptions, args: &[String], moun
         "mounts": mounts,
         "annotations": annotations,
         "linux": linux
-    })
+    }))
+}
+
+/// The shipped allowlist; a profile that doesn't parse is an error, never
+/// a box without a filter.
+pub(super) fn seccomp_profile() -> Result<Value> {
+    parse_profile(SECCOMP_PROFILE)
+}
+
+pub(super) fn parse_profile(text: &str) -> Result<Value> {
+    serde_json::from_str(text)
+        .map_err(|e| RuntimeError::InvalidSpec(format!("the sandbox seccomp profile does not parse: {e}")))
 }

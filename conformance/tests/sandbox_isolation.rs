@@ -1,0 +1,287 @@
+//! Attacks on what keeps sandboxes apart, driven through the binary: a pool box made with looser
+//! options (`--no-seccomp`, `--network none`) must never serve a plain `run --pool`; boxes get
+//! host uid/gid ranges of their own, disjoint from each other and from every range in
+//! /etc/subuid and /etc/subgid, freed again at terminate; and the seccomp allowlist refuses
+//! TIOCSTI (CVE-2017-5226 style terminal injection), also with the request's high bits set
+//! (CVE-2019-10063), and TIOCLINUX.
+//!
+//! Every test prints one line `SANDBOX <name>: <what it saw>` (run with --nocapture) before it
+//! asserts. The harness ([`Sbx`]) gives each test its own `--root` and removes every sandbox,
+//! cgroup and process of it in `Drop`; the id test puts back /etc/subuid and /etc/subgid as they
+//! were, even when it fails.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tinyrun_conformance::sandbox::{names_in, saw, Sbx};
+use tinyrun_conformance::{cmdline, kv, require_root};
+
+/// Running, unclaimed pool boxes of this test.
+fn pool_idle(sb: &Sbx) -> Vec<String> {
+    sb.list()
+        .into_iter()
+        .filter(|(id, st, _)| id.starts_with("pool") && st == "running")
+        .filter(|(id, _, _)| !sb.rt.root().join("sandbox").join(id).join("claimed").exists())
+        .map(|(id, _, _)| id)
+        .collect()
+}
+
+/// `pool fill 1 [common] OPTS`: the id of the box it made.
+#[track_caller]
+fn fill_one(sb: &Sbx, opts: &[&str]) -> String {
+    let mut v = vec!["pool", "fill", "1"];
+    v.extend(sb.common());
+    v.extend_from_slice(opts);
+    let o = sb.raw(&v).expect_ok("sandbox pool fill 1");
+    o.stdout.trim().to_string()
+}
+
+/// In a box: the seccomp mode, and whether a TCP connection over loopback works.
+const PROBE: &str = r#"
+import socket
+print("seccomp=" + [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0])
+try:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+    socket.create_connection(s.getsockname(), timeout=2).close()
+    print("loopback=up")
+except OSError as e:
+    print("loopback=" + type(e).__name__)
+"#;
+
+/// `pool fill 1 --no-seccomp` and `pool fill 1 --network none`, then a plain `run --pool`: it
+/// must run under the filter (Seccomp: 2) with loopback up, and leave both looser boxes idle.
+/// Control: `run --pool --no-seccomp` does take the matching box (the pool works, and serves it).
+#[test]
+fn pool_serves_only_matching_boxes() {
+    require_root!();
+    let sb = Sbx::new("sbx_pool_match");
+    let loose = fill_one(&sb, &["--no-seccomp"]);
+    let offline = fill_one(&sb, &["--network", "none"]);
+    let plain = sb.run(&["--pool"], &["python3", "-c", PROBE]);
+    let idle_after_plain = pool_idle(&sb);
+    let matching = sb.run(&["--pool", "--no-seccomp"], &["python3", "-c", PROBE]);
+    let idle_after_matching = pool_idle(&sb);
+    let (p, m) = (kv(&plain.stdout), kv(&matching.stdout));
+    saw(
+        "pool-match",
+        format!(
+            "filled {loose} (--no-seccomp) and {offline} (--network none); plain run --pool: exit {:?} {p:?}, \
+             idle after: {idle_after_plain:?}; run --pool --no-seccomp: exit {:?} {m:?}, idle after: \
+             {idle_after_matching:?}",
+            plain.code(),
+            matching.code()
+        ),
+    );
+    assert!(!loose.is_empty() && !offline.is_empty() && loose != offline, "pool fill made {loose:?} and {offline:?}");
+    assert!(plain.ok(), "{plain}");
+    assert_eq!(p.get("seccomp").map(String::as_str), Some("2"), "plain run --pool ran without the filter\n{plain}");
+    assert_eq!(p.get("loopback").map(String::as_str), Some("up"), "plain run --pool got a box without lo\n{plain}");
+    assert!(
+        idle_after_plain.contains(&loose) && idle_after_plain.contains(&offline),
+        "a plain run --pool took a looser box: idle {idle_after_plain:?}"
+    );
+    assert!(matching.ok(), "{matching}");
+    assert_eq!(m.get("seccomp").map(String::as_str), Some("0"), "control: --no-seccomp box\n{matching}");
+    assert!(!idle_after_matching.contains(&loose), "control: run --pool --no-seccomp did not take {loose}");
+    terminate_all(&sb);
+    sb.assert_clean("terminating every sandbox");
+}
+
+/// Waits (10 s at most) for a detached pool refill to finish, then terminates every sandbox.
+fn terminate_all(sb: &Sbx) {
+    let bin = sb.rt.bin.to_string_lossy().into_owned();
+    let refilling = || sb.rt.leftovers().into_iter().any(|p| cmdline(p).first() == Some(&bin));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while refilling() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (id, _, _) in sb.list() {
+        sb.raw(&["terminate", &id]).expect_ok("terminate");
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host ids.
+
+/// /etc/subuid and /etc/subgid with lines of this test added; `Drop` writes back what was
+/// there (or removes a file that wasn't), even when the test fails.
+struct SubidLines {
+    saved: Vec<(PathBuf, Option<Vec<u8>>)>,
+}
+
+impl SubidLines {
+    fn add(lines: &str) -> SubidLines {
+        let mut saved = Vec::new();
+        for f in ["/etc/subuid", "/etc/subgid"] {
+            let path = PathBuf::from(f);
+            let before = fs::read(&path).ok();
+            saved.push((path.clone(), before.clone()));
+            let mut text = before.unwrap_or_default();
+            if !text.is_empty() && !text.ends_with(b"\n") {
+                text.push(b'\n');
+            }
+            text.extend_from_slice(lines.as_bytes());
+            fs::write(&path, text).unwrap_or_else(|e| panic!("write {f}: {e}"));
+        }
+        SubidLines { saved }
+    }
+}
+
+impl Drop for SubidLines {
+    fn drop(&mut self) {
+        for (path, before) in &self.saved {
+            let r = match before {
+                Some(bytes) => fs::write(path, bytes),
+                None => fs::remove_file(path),
+            };
+            if let Err(e) = r {
+                eprintln!("cleanup: restore {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// `(inside, outside, count)` lines of a uid_map or gid_map.
+type IdMap = Vec<(u64, u64, u64)>;
+
+fn map_lines(text: &str) -> IdMap {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            (f.len() == 3).then(|| (f[0], f[1], f[2]))
+        })
+        .collect()
+}
+
+/// Host ranges `(first, count)` in an /etc/subuid-style file.
+fn subid_ranges(path: &Path) -> Vec<(u64, u64)> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.trim().split(':').collect();
+            (f.len() == 3).then(|| Some((f[1].parse().ok()?, f[2].parse().ok()?))).flatten()
+        })
+        .collect()
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.0 + b.1 && b.0 < a.0 + a.1
+}
+
+/// The host's view of box `id`'s init: its uid_map and gid_map.
+fn host_maps(sb: &Sbx, id: &str) -> (IdMap, IdMap) {
+    let pid = sb.list().into_iter().find(|(i, _, _)| i == id).map(|(_, _, p)| p).unwrap_or(0);
+    assert!(pid > 1, "no pid for {id} in sandbox list");
+    let read = |f: &str| map_lines(&fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_default());
+    (read("uid_map"), read("gid_map"))
+}
+
+/// The first host id of the default pool (0x70000000), and Debian's default first subuid range.
+const POOL_FIRST: u64 = 0x7000_0000;
+const DEBIAN_FIRST: u64 = 100_000;
+
+/// Two boxes launched at once map their ids 0..65535 to disjoint host ranges (seen from the host
+/// in /proc/<pid>/uid_map and gid_map, the same range for both), neither inside a range of
+/// /etc/subuid or /etc/subgid: the test adds a line for Debian's first user's default range
+/// (100000) and one covering the pool's first range, which the allocator must skip. After
+/// terminate the ranges are free again: no record is left, and the next box gets the lowest one.
+#[test]
+fn boxes_get_their_own_host_ids() {
+    require_root!();
+    let sb = Sbx::new("sbx_host_ids");
+    let owner = format!("tinyrun-test-{}", sb.rt.tag());
+    let _subid = SubidLines::add(&format!("{owner}:{DEBIAN_FIRST}:65536\n{owner}:{POOL_FIRST}:65536\n"));
+    let reserved: Vec<(u64, u64)> =
+        ["/etc/subuid", "/etc/subgid"].iter().flat_map(|f| subid_ranges(Path::new(f))).collect();
+
+    let launch: Vec<&str> = ["sandbox", "launch"].into_iter().chain(sb.common()).collect();
+    let (a, b) = (sb.rt.spawn(&launch), sb.rt.spawn(&launch));
+    let (a, b) = (a.wait().expect_ok("launch a"), b.wait().expect_ok("launch b"));
+    let ids = [a.stdout.trim().to_string(), b.stdout.trim().to_string()];
+    let maps: Vec<_> = ids.iter().map(|id| host_maps(&sb, id)).collect();
+    let records_live: Vec<String> = names_in(&sb.rt.root().join("sandbox-ids"));
+    for id in &ids {
+        sb.raw(&["terminate", id]).expect_ok("terminate");
+    }
+    let records_after: Vec<String> = names_in(&sb.rt.root().join("sandbox-ids"));
+    let again = sb.launch(&[]);
+    let (again_uid, _) = host_maps(&sb, &again);
+    sb.raw(&["terminate", &again]).expect_ok("terminate");
+    saw(
+        "host-ids",
+        format!(
+            "reserved in /etc/sub[ug]id: {reserved:?}; {} uid_map {:?} gid_map {:?}; {} uid_map {:?} gid_map {:?}; \
+             records while running: {records_live:?}; after terminate: {records_after:?}; next box: {again_uid:?}",
+            ids[0], maps[0].0, maps[0].1, ids[1], maps[1].0, maps[1].1
+        ),
+    );
+    let mut ranges = Vec::new();
+    for (id, (uid, gid)) in ids.iter().zip(&maps) {
+        assert_eq!(uid.len(), 1, "{id}: one uid_map line: {uid:?}");
+        assert_eq!(uid, gid, "{id}: the same host range for uids and gids");
+        let (inside, outside, count) = uid[0];
+        assert_eq!((inside, count), (0, 65536), "{id}: ids 0..65535 mapped: {uid:?}");
+        assert!(outside > 0, "{id}: maps host root: {uid:?}");
+        for r in &reserved {
+            assert!(
+                !overlaps((outside, count), *r),
+                "{id}: host range {outside}+{count} overlaps /etc/sub[ug]id {r:?}"
+            );
+        }
+        ranges.push((outside, count));
+    }
+    assert!(!overlaps(ranges[0], ranges[1]), "two boxes share host ids: {ranges:?}");
+    assert_eq!(records_live.len(), 2, "one record per running box: {records_live:?}");
+    assert!(records_after.is_empty(), "ranges still recorded after terminate: {records_after:?}");
+    let lowest = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    assert_eq!(again_uid.first().map(|l| l.1), Some(lowest), "a freed range is handed out again");
+    sb.assert_clean("terminate");
+}
+
+// ------------------------------------------------------------------------------------------------
+// Terminal injection.
+
+/// In a box: TIOCSTI on fd 0 through Python's fcntl (as an attacker would write it), the same
+/// request with bit 32 set and TIOCLINUX through a raw ioctl(2) (Python's fcntl cuts the request
+/// to 32 bits), and FIONREAD on a pipe as an ioctl that must keep working.
+const IOCTLS: &str = r#"
+import ctypes, errno, fcntl, os, platform, termios
+assert platform.machine() == "x86_64", "ioctl is system call 16 on x86_64"
+libc = ctypes.CDLL(None, use_errno=True)
+def name(e): return errno.errorcode.get(e, str(e))
+try:
+    fcntl.ioctl(0, termios.TIOCSTI, b"x"); print("tiocsti=ok")
+except OSError as e:
+    print("tiocsti=" + name(e.errno))
+buf = ctypes.create_string_buffer(64)
+for key, req in (("tiocsti_wide", 0x100005412), ("tioclinux", 0x541C)):
+    r = libc.syscall(16, 0, ctypes.c_ulong(req), buf)
+    print(key + "=" + ("ok" if r == 0 else name(ctypes.get_errno())))
+r, w = os.pipe(); os.write(w, b"abc")
+n = ctypes.c_int(0)
+rc = libc.syscall(16, r, ctypes.c_ulong(termios.FIONREAD), ctypes.byref(n))
+print("fionread=" + (str(n.value) if rc == 0 else name(ctypes.get_errno())))
+"#;
+
+/// `fcntl.ioctl(0, termios.TIOCSTI, b'x')` in a box gets EPERM, so do 0x100005412 and TIOCLINUX,
+/// and FIONREAD still works. Control: with --no-seccomp the same calls reach the kernel (ENOTTY,
+/// stdin being /dev/null), so the EPERM is the filter's doing.
+#[test]
+fn tiocsti_is_refused_in_a_box() {
+    require_root!();
+    let sb = Sbx::new("sbx_tiocsti");
+    let (on, on_out) = sb.run_json(&[], &["python3", "-c", IOCTLS]);
+    let (off, off_out) = sb.run_json(&["--no-seccomp"], &["python3", "-c", IOCTLS]);
+    let text = |v: &serde_json::Value| v["stdout"]["text"].as_str().unwrap_or("").to_string();
+    let (got, control) = (kv(&text(&on)), kv(&text(&off)));
+    saw("tiocsti", format!("under the allowlist: {got:?}; with --no-seccomp: {control:?}"));
+    assert_eq!(on["exit_code"].as_i64(), Some(0), "{on_out}");
+    for k in ["tiocsti", "tiocsti_wide", "tioclinux"] {
+        assert_eq!(got.get(k).map(String::as_str), Some("EPERM"), "{k} under the allowlist\n{on_out}");
+        assert_eq!(control.get(k).map(String::as_str), Some("ENOTTY"), "control: {k} without the filter\n{off_out}");
+    }
+    assert_eq!(got.get("fionread").map(String::as_str), Some("3"), "FIONREAD under the allowlist\n{on_out}");
+    sb.assert_clean("the ioctl runs");
+}

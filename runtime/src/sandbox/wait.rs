@@ -1,0 +1,210 @@
+//! Waiting for a sandboxed command: its output captured through pipes, the
+//! wall-clock limit enforced from outside, and the usage read at the end.
+//! Runs in the runtime process (`tinyrun sandbox run`).
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Instant;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+
+use super::run::{Output, SandboxResult};
+use crate::error::{Result, RuntimeError, SysError};
+use crate::Runtime;
+
+/// The box's stdio when its output is captured: /dev/null in, a pipe for
+/// each of stdout and stderr. Without capture the box shares ours.
+pub(super) struct Capture {
+    devnull: Option<OwnedFd>,
+    out: Option<(OwnedFd, OwnedFd)>,
+    err: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl Capture {
+    pub(super) fn new(capture: bool) -> Result<Capture> {
+        if !capture {
+            return Ok(Capture { devnull: None, out: None, err: None });
+        }
+        let pipe = || {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| RuntimeError::Sys(SysError::bare("pipe", e)))
+        };
+        let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDONLY)?;
+        Ok(Capture { devnull: Some(devnull), out: Some(pipe()?), err: Some(pipe()?) })
+    }
+
+    /// What the box's fds 0, 1 and 2 become, if captured.
+    pub(super) fn stdio(&self) -> Option<[std::os::fd::RawFd; 3]> {
+        let (null, out, err) = (self.devnull.as_ref()?, self.out.as_ref()?, self.err.as_ref()?);
+        Some([null.as_raw_fd(), out.1.as_raw_fd(), err.1.as_raw_fd()])
+    }
+
+    /// Our read ends, once the box has its copies of the write ends: ours
+    /// are closed here, so the reads see EOF when the box is done.
+    pub(super) fn readers(&mut self) -> (Option<OwnedFd>, Option<OwnedFd>) {
+        self.devnull = None;
+        (self.out.take().map(|(r, _)| r), self.err.take().map(|(r, _)| r))
+    }
+}
+
+enum Waited {
+    Exited(WaitStatus),
+    TimedOut,
+    Interrupted(nix::sys::signal::Signal),
+}
+
+/// Waits for `pid` until `deadline`, draining the output pipes into `res`.
+/// Without a pidfd or a signalfd there would be no timeout or no way to
+/// stop: either is an error, and the caller kills the box.
+fn wait_capturing(
+    pid: Pid,
+    deadline: Instant,
+    out: Option<OwnedFd>,
+    err: Option<OwnedFd>,
+    cap: usize,
+    res: &mut SandboxResult,
+) -> Result<Waited> {
+    let outcome = |s: Option<WaitStatus>| Ok(s.map_or(Waited::TimedOut, Waited::Exited));
+    let pidfd = crate::sys::pidfd_open(pid)?;
+    let sigfd = nix::sys::signalfd::SignalFd::with_flags(
+        &Interrupts::set(),
+        nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+    )
+    .map_err(|e| RuntimeError::Sys(SysError::bare("signalfd", e)))?;
+    let mut pipes: Vec<(OwnedFd, bool)> =
+        [(out, false), (err, true)].into_iter().filter_map(|(f, is_err)| f.map(|f| (f, is_err))).collect();
+    let mut exited = false;
+    loop {
+        if exited && pipes.is_empty() {
+            return outcome(waitpid(pid, None).ok());
+        }
+        if let Ok(Some(info)) = sigfd.read_signal() {
+            if let Ok(sig) = nix::sys::signal::Signal::try_from(info.ssi_signo as i32) {
+                return Ok(Waited::Interrupted(sig));
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Waited::TimedOut);
+        }
+        let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
+        let mut fds: Vec<PollFd> = pipes.iter().map(|(f, _)| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
+        if !exited {
+            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+        }
+        fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
+        if poll(&mut fds, PollTimeout::from(ms)).is_err() {
+            continue;
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
+        drop(fds);
+        if !exited && ready.get(pipes.len()).copied().unwrap_or(false) {
+            exited = true;
+        }
+        let mut i = 0;
+        while i < pipes.len() {
+            if ready[i] {
+                let (fd, is_err) = &pipes[i];
+                let sink = if *is_err { &mut res.stderr } else { &mut res.stdout };
+                if !drain(fd, sink, cap) {
+                    pipes.remove(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Reads what's there; false at end of file.
+fn drain(fd: &OwnedFd, sink: &mut Output, cap: usize) -> bool {
+    let mut buf = [0u8; 16 * 1024];
+    match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            let room = cap.saturating_sub(sink.text.len());
+            if n > room {
+                sink.truncated = true;
+            }
+            sink.text.push_str(&String::from_utf8_lossy(&buf[..n.min(room)]));
+            true
+        }
+    }
+}
+
+/// Waits (capturing output) until `pid` exits, the deadline passes or we
+/// are told to stop; in the last two cases everything in the box is killed.
+/// Then reads the box's usage.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn finish(
+    rt: &Runtime,
+    id: &str,
+    pid: Pid,
+    started: Instant,
+    deadline: Instant,
+    out: Option<OwnedFd>,
+    err: Option<OwnedFd>,
+    cap: usize,
+) -> Result<SandboxResult> {
+    let mut res = SandboxResult::default();
+    let status = match wait_capturing(pid, deadline, out, err, cap, &mut res) {
+        Ok(Waited::Exited(s)) => Some(s),
+        stop => {
+            // Killed from outside: the whole tree, by its cgroup. A box
+            // that can't be killed is an error, not a result.
+            res.timed_out = matches!(stop, Ok(Waited::TimedOut));
+            match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
+                Ok(()) | Err(RuntimeError::NotRunning) => {}
+                Err(e) => return Err(e),
+            }
+            let status = waitpid(pid, None).ok();
+            match stop {
+                Err(e) => return Err(e),
+                Ok(Waited::Interrupted(sig)) => {
+                    return Err(RuntimeError::InvalidState(format!("sandbox {id} stopped: tinyrun got {sig}")))
+                }
+                _ => {}
+            }
+            status
+        }
+    };
+    match status {
+        Some(WaitStatus::Exited(_, code)) => res.exit_code = Some(code),
+        Some(WaitStatus::Signaled(_, sig, _)) => res.signal = Some(sig.as_str().to_string()),
+        _ => {}
+    }
+    res.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let usage = rt.peek(id)?.usage();
+    res.cpu_ms = usage.cpu_ns / 1_000_000;
+    res.peak_memory_bytes = usage.peak_memory;
+    res.oom_killed = usage.oom_kills > 0;
+    Ok(res)
+}
+
+/// SIGINT, SIGTERM and SIGHUP, blocked while a box runs so they can be
+/// read from a signalfd and turned into "kill the box and clean up".
+pub(super) struct Interrupts(nix::sys::signal::SigSet);
+
+impl Interrupts {
+    fn set() -> nix::sys::signal::SigSet {
+        let mut s = nix::sys::signal::SigSet::empty();
+        for sig in [nix::sys::signal::SIGINT, nix::sys::signal::SIGTERM, nix::sys::signal::SIGHUP] {
+            s.add(sig);
+        }
+        s
+    }
+
+    pub(super) fn block() -> Result<Interrupts> {
+        let mut old = nix::sys::signal::SigSet::empty();
+        nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&Self::set()), Some(&mut old))
+            .map_err(|e| RuntimeError::Sys(SysError::bare("sigprocmask", e)))?;
+        Ok(Interrupts(old))
+    }
+}
+
+impl Drop for Interrupts {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&self.0), None);
+    }
+}
