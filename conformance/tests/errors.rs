@@ -39,7 +39,13 @@ fn config_of_wrong_shape() {
     let b = rt.bundle(&["/bin/probe", "exit", "0"]);
     b.config_mut(|c| c["process"]["args"] = "not-an-array".into());
     let o = rt.create(&b).expect_err("process.args is a string");
-    assert_eq!(o.code(), Some(1), "{o}");
+    // runc: "json: cannot unmarshal string into Go struct field Process.process.args of type []string"
+    assert_one_line_error(&o, "process.args");
+    rt.assert_nothing_left(&b.id);
+    let b = rt.bundle(&["/bin/probe", "exit", "0"]);
+    b.config_mut(|c| c["linux"]["resources"]["memory"] = serde_json::json!({"limit": "lots"}));
+    let o = rt.create(&b).expect_err("a string memory limit");
+    assert_one_line_error(&o, if rt.is_runc() { "memory.limit" } else { "linux.resources.memory.limit" });
     rt.assert_nothing_left(&b.id);
 }
 

@@ -29,13 +29,26 @@ pub struct Bundle {
     pub rootfs: PathBuf,
 }
 
+/// serde's message, prefixed with the path of the field it is about
+/// (`process.args: invalid type: ...`), as runc names the field. The
+/// config is parsed a second time, tracking the path, only on this error.
+fn with_field(bytes: &[u8], e: serde_json::Error) -> String {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, Spec>(&mut de) {
+        Err(err) if !err.path().to_string().is_empty() && err.path().to_string() != "." => {
+            format!("{}: {}", err.path(), err.inner())
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// Loads `<bundle>/config.json`, resolves the rootfs and validates everything.
 pub fn load(bundle: &Path) -> Result<Bundle> {
     let dir = std::fs::canonicalize(bundle).map_err(|e| RuntimeError::io("open bundle", bundle, e))?;
     let config = dir.join("config.json");
     let bytes = std::fs::read(&config).map_err(|e| RuntimeError::io("read", &config, e))?;
     let spec: Spec = serde_json::from_slice(&bytes).map_err(|e| {
-        let why = crate::seccomp::diagnose(&bytes).unwrap_or_else(|| e.to_string());
+        let why = crate::seccomp::diagnose(&bytes).unwrap_or_else(|| with_field(&bytes, e));
         RuntimeError::InvalidSpec(format!("parse {}: {why}", config.display()))
     })?;
     let root = spec
