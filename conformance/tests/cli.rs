@@ -67,8 +67,23 @@ fn version_shape() {
         } else {
             assert!(lines[0].starts_with("tinyrun version "), "{o}");
             assert_eq!(lines.len(), 3, "exactly 3 lines: {o}");
+            built_from_this_checkout(lines[1].trim_start_matches("commit: "));
         }
     }
+}
+
+/// The commit line names a commit of this checkout (HEAD or an ancestor: the binary may predate
+/// the latest commit) when the tests run from a git checkout.
+fn built_from_this_checkout(commit: &str) {
+    let root = tinyrun_conformance::workspace_root();
+    let git = |args: &[&str]| std::process::Command::new("git").args(args).current_dir(&root).output();
+    if !git(&["rev-parse", "HEAD"]).is_ok_and(|o| o.status.success()) {
+        eprintln!("not a git checkout: the commit line is not checked");
+        return;
+    }
+    assert!(commit.len() == 40 && commit.chars().all(|c| c.is_ascii_hexdigit()), "commit line {commit:?}");
+    let ancestor = git(&["merge-base", "--is-ancestor", commit, "HEAD"]).expect("git merge-base");
+    assert!(ancestor.status.success(), "--version names {commit}, which is not in this checkout's history");
 }
 
 #[test]
