@@ -27,6 +27,8 @@ mod cmd;
 mod logging;
 #[cfg(test)]
 mod man;
+#[cfg(test)]
+mod man_text;
 
 use std::process::ExitCode;
 

@@ -64,6 +64,25 @@ mod tests {
         text
     }
 
+    /// EXIT STATUS, FILES and EXAMPLES for the page of `name`.
+    fn sections(extra: &mut Roff, name: &str) {
+        let e = crate::man_text::extra(name);
+        extra.control("SH", ["EXIT STATUS"]);
+        extra.text([roman(e.exit_status)]);
+        extra.control("SH", ["FILES"]);
+        extra.text([roman(e.files)]);
+        if !e.examples.is_empty() {
+            extra.control("SH", ["EXAMPLES"]);
+            for (cmd, what) in e.examples {
+                extra.control("TP", []);
+                extra.text([bold(*cmd)]);
+                if !what.is_empty() {
+                    extra.text([roman(*what)]);
+                }
+            }
+        }
+    }
+
     /// File name → contents of every page.
     fn pages() -> BTreeMap<String, String> {
         let mut top = tidy(Cli::command());
@@ -72,6 +91,7 @@ mod tests {
         let mut out = BTreeMap::new();
         let subs = sub_pages(&top, &globals, &mut out);
         let mut extra = Roff::default();
+        sections(&mut extra, "tinyrun");
         extra.control("SH", ["SEE ALSO"]);
         extra.text([roman(format!("{}, runc(8), crun(1)", subs.join(", ")))]);
         out.insert(format!("tinyrun.{SECTION}"), render(top, extra));
@@ -94,6 +114,7 @@ mod tests {
                 bold("tinyrun"),
                 roman(format!("({SECTION}) ({globals}) go right after tinyrun.")),
             ]);
+            sections(&mut extra, &name);
             extra.control("SH", ["SEE ALSO"]);
             let see: Vec<String> = std::iter::once(format!("{parent}({SECTION})")).chain(children).collect();
             extra.text([roman(see.join(", "))]);
@@ -139,6 +160,15 @@ mod tests {
             "man pages differ from cli/src/args.rs: {}\nregenerate with: UPDATE_MAN=1 cargo test -p tinyrun-cli man",
             problems.join("; ")
         );
+    }
+
+    #[test]
+    fn every_page_has_exit_status_files_and_examples() {
+        for (name, text) in pages() {
+            for section in [".SH \"EXIT STATUS\"", ".SH FILES", ".SH EXAMPLES"] {
+                assert!(text.contains(section), "{name} lacks {section}");
+            }
+        }
     }
 
     #[test]
