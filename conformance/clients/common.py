@@ -54,7 +54,7 @@ class Result:
 
 PODMAN_CTR_FLAGS = ("--root", "--runroot", "--address", "--runc-root", "--fifo-dir", "--tmpdir",
                     "--cgroup-manager", "--events-backend", "--runtime", "--runc-binary")
-PRIVATE_FLAGS = {"podman": PODMAN_CTR_FLAGS, "ctr": PODMAN_CTR_FLAGS}
+PRIVATE_FLAGS = {"podman": PODMAN_CTR_FLAGS, "ctr": PODMAN_CTR_FLAGS, "docker": ("--host",)}
 
 
 def short(argv):
@@ -263,6 +263,18 @@ def oci_archive(layer, name, out):
     write_tar(out, [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
                     ("index.json", json.dumps(index).encode()),
                     *((f"blobs/sha256/{d}", data) for d, data in blobs.items())])
+
+
+def docker_archive(layer, name, out):
+    """A one-layer image in the `docker save` format, which `docker load`
+    of Docker 20.10 takes (it does not read OCI layouts): manifest.json
+    naming the config and the uncompressed layer, each under its digest."""
+    config = json.dumps(image_config(layer)).encode()
+    cdig = hashlib.sha256(config).hexdigest()
+    ldig = hashlib.sha256(layer).hexdigest()
+    manifest = [{"Config": f"{cdig}.json", "RepoTags": [name], "Layers": [f"{ldig}/layer.tar"]}]
+    write_tar(out, [(f"{cdig}.json", config), (f"{ldig}/layer.tar", layer),
+                    ("manifest.json", json.dumps(manifest).encode())])
 
 
 def sh_quote(s):
