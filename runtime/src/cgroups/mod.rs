@@ -45,6 +45,7 @@ use libcgroups::common::{
 use nix::unistd::Pid;
 use oci_spec::runtime::{LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxResources};
 
+pub(crate) use crate::error::CgroupError;
 pub(crate) use check::check_spec;
 use check::Layout;
 pub use stats::StatsData;
@@ -65,37 +66,6 @@ const LIBCGROUPS_V1: &[&str] = &[
     "net_cls",
     "freezer",
 ];
-
-/// A cgroup operation that failed, naming the field, file or controller.
-#[derive(Debug, thiserror::Error)]
-pub enum CgroupError {
-    /// A `linux.resources` field this host can't enforce.
-    #[error("unsupported config field {field}: {why}")]
-    Refused { field: String, why: String },
-    /// `linux.cgroupsPath` can't be used.
-    #[error("{0}")]
-    Path(String),
-    /// `--systemd-cgroup` without systemd.
-    #[error("--systemd-cgroup: systemd is not running on this host (no /run/systemd/system); drop the flag to use the cgroupfs driver")]
-    NoSystemd,
-    /// libcgroups failed; its message names the controller file.
-    #[error("cgroup {path}: {op}: {source}")]
-    Manager {
-        op: &'static str,
-        path: String,
-        /// Boxed: libcgroups' error is several hundred bytes.
-        #[source]
-        source: Box<AnyManagerError>,
-    },
-    /// A cgroupfs file or directory this module handles itself.
-    #[error("cgroup: {op} {}: {source}", path.display())]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 type Result<T, E = CgroupError> = std::result::Result<T, E>;
 
