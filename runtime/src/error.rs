@@ -36,6 +36,37 @@ impl SysError {
     }
 }
 
+/// A cgroup operation that failed, naming the field, file or controller.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// A `linux.resources` field this host can't enforce.
+    #[error("unsupported config field {field}: {why}")]
+    Refused { field: String, why: String },
+    /// `linux.cgroupsPath` can't be used.
+    #[error("{0}")]
+    Path(String),
+    /// `--systemd-cgroup` without systemd.
+    #[error("--systemd-cgroup: systemd is not running on this host (no /run/systemd/system); drop the flag to use the cgroupfs driver")]
+    NoSystemd,
+    /// libcgroups failed; its message names the controller file.
+    #[error("cgroup {path}: {op}: {source}")]
+    Manager {
+        op: &'static str,
+        path: String,
+        /// Boxed: libcgroups' error is several hundred bytes.
+        #[source]
+        source: Box<libcgroups::common::AnyManagerError>,
+    },
+    /// A cgroupfs file or directory the cgroups module handles itself.
+    #[error("cgroup: {op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Everything the runtime library can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -82,7 +113,7 @@ pub enum RuntimeError {
     Hook(String),
     /// Making, limiting, freezing, reading or removing the container's cgroup.
     #[error(transparent)]
-    Cgroup(#[from] crate::cgroups::CgroupError),
+    Cgroup(#[from] CgroupError),
     /// A failure followed by a failed clean-up: both are reported.
     #[error("{error} (clean-up also failed: {cleanup})")]
     WithCleanup { error: Box<RuntimeError>, cleanup: Box<RuntimeError> },

@@ -8,6 +8,7 @@
 
 mod capabilities;
 mod cgroups;
+mod devices;
 mod error;
 mod exe;
 pub mod features;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use oci_spec::runtime::LinuxResources;
+use oci_spec::runtime::{LinuxCpu, LinuxMemory, LinuxNetwork, LinuxResources};
 
 /// The cgroup layout of a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,91 +78,108 @@ pub(crate) fn check_spec(r: &LinuxResources) -> Result<(), Refusal> {
 }
 
 /// Checks for this host: the controller each set field needs must exist,
-/// and version-specific fields must match the layout.
+/// and version-specific fields must match the layout. The first refusal
+/// wins, in the order of the fields below.
 pub(crate) fn check_host(r: &LinuxResources, host: &Host) -> Result<(), Refusal> {
     check_spec(r)?;
-    let need = |field: &str, ctrl: &str| -> Result<(), Refusal> {
-        if host.controllers.contains(ctrl) {
-            return Ok(());
-        }
-        let where_ = match host.layout {
-            Layout::Hybrid if ctrl == "hugetlb" || ctrl == "rdma" || ctrl == "misc" => {
-                " as a cgroup v1 hierarchy (on this hybrid host it sits on the v2 `unified` mount, which holds no limits)"
-            }
-            Layout::Unified => " in the root's cgroup.controllers",
-            _ => " as a cgroup v1 hierarchy",
-        };
-        refuse(field, format!("the {ctrl} controller is not available on this host: it is not mounted{where_}"))
-    };
     let v2 = host.layout == Layout::Unified;
-    let only_v1 = |field: &str| refuse(field, "this is a cgroup v1 setting and this host has cgroup v2");
     if let Some(m) = r.memory() {
-        let set = m.limit().is_some()
-            || m.reservation().is_some()
-            || m.swap().is_some()
-            || m.swappiness().is_some()
-            || m.disable_oom_killer().is_some();
-        if set {
-            need("memory", "memory")?;
-        }
-        if v2 && m.swappiness().is_some() {
-            return only_v1("memory.swappiness");
-        }
-        if v2 && m.disable_oom_killer() == Some(true) {
-            return only_v1("memory.disableOOMKiller");
-        }
-        if v2 && m.check_before_update() == Some(true) {
-            return refuse("memory.checkBeforeUpdate", "not implemented by tinyrun on cgroup v2");
-        }
+        check_memory(m, host)?;
     }
     if let Some(c) = r.cpu() {
-        if c.shares().is_some()
-            || c.quota().is_some()
-            || c.period().is_some()
-            || c.burst().is_some()
-            || c.idle().is_some()
-        {
-            need("cpu", "cpu")?;
-        }
-        if c.realtime_runtime().is_some() || c.realtime_period().is_some() {
-            if v2 {
-                return refuse("cpu.realtimeRuntime", "realtime scheduling budgets do not exist on cgroup v2");
-            }
-            need("cpu.realtimeRuntime", "cpu")?;
-        }
-        if c.cpus().is_some() || c.mems().is_some() {
-            need("cpu.cpus", "cpuset")?;
-        }
+        check_cpu(c, host)?;
     }
     if r.pids().is_some() {
-        need("pids", "pids")?;
+        need(host, "pids", "pids")?;
     }
     if let Some(b) = r.block_io() {
-        let ctrl = if v2 { "io" } else { "blkio" };
-        need("blockIO", ctrl)?;
+        need(host, "blockIO", if v2 { "io" } else { "blkio" })?;
         if v2 && (b.leaf_weight().is_some() || b.weight_device().iter().flatten().any(|w| w.leaf_weight().is_some())) {
             return only_v1("blockIO.leafWeight");
         }
     }
     if r.hugepage_limits().as_ref().is_some_and(|h| !h.is_empty()) {
-        need("hugepageLimits", "hugetlb")?;
+        need(host, "hugepageLimits", "hugetlb")?;
     }
     if let Some(n) = r.network() {
-        if v2 {
-            return only_v1("network");
-        }
-        if n.class_id().is_some() {
-            need("network.classID", "net_cls")?;
-        }
-        if n.priorities().as_ref().is_some_and(|p| !p.is_empty()) {
-            need("network.priorities", "net_prio")?;
-        }
+        check_network(n, host)?;
     }
     if r.unified().as_ref().is_some_and(|u| !u.is_empty()) && !v2 {
         return refuse("unified", "needs a cgroup v2 host; this host's limits are on cgroup v1");
     }
     if r.devices().as_ref().is_some_and(|d| !d.is_empty()) && !v2 {
-        need("devices", "devices")?;
+        need(host, "devices", "devices")?;
+    }
+    Ok(())
+}
+
+/// `field` needs controller `ctrl` on this host.
+fn need(host: &Host, field: &str, ctrl: &str) -> Result<(), Refusal> {
+    if host.controllers.contains(ctrl) {
+        return Ok(());
+    }
+    let where_ = match host.layout {
+        Layout::Hybrid if ctrl == "hugetlb" || ctrl == "rdma" || ctrl == "misc" => {
+            " as a cgroup v1 hierarchy (on this hybrid host it sits on the v2 `unified` mount, which holds no limits)"
+        }
+        Layout::Unified => " in the root's cgroup.controllers",
+        _ => " as a cgroup v1 hierarchy",
+    };
+    refuse(field, format!("the {ctrl} controller is not available on this host: it is not mounted{where_}"))
+}
+
+fn only_v1(field: &str) -> Result<(), Refusal> {
+    refuse(field, "this is a cgroup v1 setting and this host has cgroup v2")
+}
+
+fn check_memory(m: &LinuxMemory, host: &Host) -> Result<(), Refusal> {
+    let v2 = host.layout == Layout::Unified;
+    let set = m.limit().is_some()
+        || m.reservation().is_some()
+        || m.swap().is_some()
+        || m.swappiness().is_some()
+        || m.disable_oom_killer().is_some();
+    if set {
+        need(host, "memory", "memory")?;
+    }
+    if v2 && m.swappiness().is_some() {
+        return only_v1("memory.swappiness");
+    }
+    if v2 && m.disable_oom_killer() == Some(true) {
+        return only_v1("memory.disableOOMKiller");
+    }
+    if v2 && m.check_before_update() == Some(true) {
+        return refuse("memory.checkBeforeUpdate", "not implemented by tinyrun on cgroup v2");
+    }
+    Ok(())
+}
+
+fn check_cpu(c: &LinuxCpu, host: &Host) -> Result<(), Refusal> {
+    if c.shares().is_some() || c.quota().is_some() || c.period().is_some() || c.burst().is_some() || c.idle().is_some()
+    {
+        need(host, "cpu", "cpu")?;
+    }
+    if c.realtime_runtime().is_some() || c.realtime_period().is_some() {
+        if host.layout == Layout::Unified {
+            return refuse("cpu.realtimeRuntime", "realtime scheduling budgets do not exist on cgroup v2");
+        }
+        need(host, "cpu.realtimeRuntime", "cpu")?;
+    }
+    if c.cpus().is_some() || c.mems().is_some() {
+        need(host, "cpu.cpus", "cpuset")?;
+    }
+    Ok(())
+}
+
+fn check_network(n: &LinuxNetwork, host: &Host) -> Result<(), Refusal> {
+    if host.layout == Layout::Unified {
+        return only_v1("network");
+    }
+    if n.class_id().is_some() {
+        need(host, "network.classID", "net_cls")?;
+    }
+    if n.priorities().as_ref().is_some_and(|p| !p.is_empty()) {
+        need(host, "network.priorities", "net_prio")?;
     }
     Ok(())
 }

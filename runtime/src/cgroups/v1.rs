@@ -18,7 +18,7 @@ use std::path::Path;
 use oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceType, LinuxResources};
 
 use super::{io_err, Result};
-use crate::rootfs::DEFAULT_DEVICES;
+use crate::devices::DEFAULT_DEVICES;
 
 /// Whether `r` asks v1 for nothing but device rules and a pids limit.
 pub(super) fn handles(r: &LinuxResources) -> bool {

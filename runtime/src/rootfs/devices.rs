@@ -12,6 +12,7 @@ use nix::unistd::{fchownat, Gid, Uid};
 use oci_spec::runtime::LinuxDeviceType;
 
 use super::{Options, Result};
+use crate::devices::DEFAULT_DEVICES as DEFAULTS;
 use crate::sys::fs::{fd_path, reopen_dir, Root};
 use crate::sys::mount::mount;
 
@@ -24,10 +25,6 @@ struct Node {
     uid: u32,
     gid: u32,
 }
-
-/// The runtime-spec's default devices: name under /dev, major, minor.
-pub(crate) const DEFAULTS: [(&str, u64, u64); 6] =
-    [("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0)];
 
 const LINKS: [(&str, &str); 5] = [
     ("fd", "/proc/self/fd"),

@@ -13,8 +13,6 @@ pub(crate) mod image;
 mod mounts;
 mod paths;
 
-pub(crate) use devices::DEFAULTS as DEFAULT_DEVICES;
-
 use std::os::fd::AsRawFd;
 use std::path::Path;
 

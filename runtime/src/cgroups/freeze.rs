@@ -1,0 +1,99 @@
+//! The freezer (`pause`/`resume`, and `state`'s paused status) and sending a
+//! signal to every process of the cgroup under a freeze (`kill --all`).
+//! Runs in the runtime process.
+
+use std::path::Path;
+
+use libcgroups::common::{CgroupManager, FreezerState};
+use nix::unistd::Pid;
+
+use super::check::Layout;
+use super::{read_trim, Cgroup, Result, ROOT};
+
+impl Cgroup {
+    /// Freezes or thaws every process.
+    pub(crate) fn freeze(&self, frozen: bool) -> Result<()> {
+        let st = if frozen { FreezerState::Frozen } else { FreezerState::Thawed };
+        self.mgr()?.freeze(st).map_err(self.err(if frozen { "freeze" } else { "thaw" }))
+    }
+
+    /// Whether the freezer holds the cgroup frozen.
+    pub(crate) fn is_frozen(&self) -> bool {
+        match self.layout {
+            Layout::Unified => read_trim(&self.v2_dir().join("cgroup.freeze")) == "1",
+            _ => read_trim(&self.v1_dir("freezer").join("freezer.state")) == "FROZEN",
+        }
+    }
+
+    /// Sends `sig` to every process, with the cgroup frozen meanwhile so
+    /// nothing can fork past the signal (runc's signalAllProcesses).
+    pub(crate) fn signal_all(&self, sig: i32) -> Result<()> {
+        let was_frozen = self.is_frozen();
+        let froze = !was_frozen && self.freeze(true).is_ok();
+        let result = self.pids().map(|pids| {
+            for p in pids {
+                // Through a pidfd: any signal number, and no recycled pid.
+                if let Ok(fd) = crate::sys::pidfd_open(Pid::from_raw(p)) {
+                    let _ = crate::sys::pidfd_send_signal(&fd, sig);
+                }
+            }
+        });
+        // SIGKILL is delivered only once the processes run again.
+        if froze || (was_frozen && sig == libc::SIGKILL) {
+            let _ = self.freeze(false);
+        }
+        result
+    }
+}
+
+/// The freezer state of the cgroup a record names, without building a
+/// manager (`state` asks for every container in `list`).
+pub(crate) fn is_frozen(recorded: &str, systemd: bool) -> bool {
+    frozen_at(Path::new(ROOT), recorded, systemd)
+}
+
+fn frozen_at(root: &Path, recorded: &str, systemd: bool) -> bool {
+    if systemd {
+        return false;
+    }
+    let rel = recorded.trim_start_matches('/');
+    let v2 = root.join(rel).join("cgroup.freeze");
+    if v2.exists() {
+        return read_trim(&v2) == "1";
+    }
+    read_trim(&root.join("freezer").join(rel).join("freezer.state")) == "FROZEN"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{self, put};
+    use super::*;
+
+    #[test]
+    fn the_freezer_state_is_read_from_the_layouts_file() {
+        let root = tempfile::tempdir().unwrap();
+        let v1 = fixture::cgroup(root.path(), Layout::Hybrid, "/t/a");
+        let v2 = fixture::cgroup(root.path(), Layout::Unified, "/t/b");
+        assert!(!v1.is_frozen() && !v2.is_frozen(), "no freezer file: not frozen");
+        put(&root.path().join("freezer/t/a"), "freezer.state", "FROZEN\n");
+        put(&root.path().join("t/b"), "cgroup.freeze", "1\n");
+        assert!(v1.is_frozen() && v2.is_frozen());
+        put(&root.path().join("freezer/t/a"), "freezer.state", "FREEZING\n");
+        put(&root.path().join("t/b"), "cgroup.freeze", "0\n");
+        assert!(!v1.is_frozen() && !v2.is_frozen(), "freezing is not yet frozen");
+    }
+
+    #[test]
+    fn a_record_is_frozen_by_whichever_freezer_it_has() {
+        let root = tempfile::tempdir().unwrap();
+        assert!(!frozen_at(root.path(), "/t/a", false));
+        put(&root.path().join("freezer/t/a"), "freezer.state", "FROZEN\n");
+        assert!(frozen_at(root.path(), "/t/a", false));
+        assert!(!frozen_at(root.path(), "/t/a", true), "the systemd driver is not read");
+        // A v2 file, when there is one, decides.
+        put(&root.path().join("t/a"), "cgroup.freeze", "0\n");
+        assert!(!frozen_at(root.path(), "t/a", false));
+        put(&root.path().join("t/a"), "cgroup.freeze", "1\n");
+        assert!(frozen_at(root.path(), "t/a", false));
+    }
+}

@@ -1,0 +1,119 @@
+//! Applying `linux.resources` to the live cgroup at create, and changing it
+//! for `update`. Runs in the runtime process. The common v1 case is written
+//! directly (`v1`); everything else goes through libcgroups' manager.
+
+use libcgroups::common::{CgroupManager, ControllerOpt};
+use oci_spec::runtime::{LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxResources};
+
+use super::check::Layout;
+use super::{v1, Cgroup, CgroupError, Result};
+
+impl Cgroup {
+    /// Applies `r` (all of it, as given) to the live cgroup.
+    pub(crate) fn apply(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
+        let r = with_device_allows(r, devices);
+        if self.layout != Layout::Unified && !self.systemd && v1::handles(&r) {
+            return v1::apply(&r, &self.v1_dir("devices"), &self.v1_dir("pids"));
+        }
+        let opt = ControllerOpt {
+            resources: &r,
+            disable_oom_killer: r.memory().as_ref().and_then(|m| m.disable_oom_killer()).unwrap_or(false),
+            oom_score_adj: None,
+            freezer_state: None,
+        };
+        self.mgr()?.apply(&opt).map_err(self.err("apply linux.resources"))?;
+        // libcgroups' v1 cpu controller skips a cpu block holding only a burst.
+        let c = r.cpu().as_ref();
+        if let (Some(burst), Layout::Legacy | Layout::Hybrid) = (c.and_then(|c| c.burst()), self.layout) {
+            let f = self.v1_dir("cpu").join("cpu.cfs_burst_us");
+            libcgroups::common::write_cgroup_file(&f, burst).map_err(|e| CgroupError::Path(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Applies an update: on v1 the device rules are left alone (runc's
+    /// SkipDevices; rewriting them would deny every device for a moment),
+    /// on v2 the same filter is rebuilt from the original rules.
+    pub(crate) fn update(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
+        if self.layout == Layout::Unified {
+            return self.apply(r, devices);
+        }
+        let mut r = r.clone();
+        r.set_devices(None);
+        self.apply(&r, &[])
+    }
+}
+
+/// runc allows the device nodes `linux.devices` makes, after the spec's own
+/// rules (libcgroups adds only its default set).
+fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResources {
+    let mut r = r.clone();
+    if devices.is_empty() {
+        return r;
+    }
+    let mut rules = r.devices().clone().unwrap_or_default();
+    for d in devices.iter().filter(|d| matches!(d.typ(), LinuxDeviceType::C | LinuxDeviceType::B | LinuxDeviceType::U))
+    {
+        let mut rule = LinuxDeviceCgroup::default();
+        rule.set_allow(true)
+            .set_typ(Some(if d.typ() == LinuxDeviceType::B { LinuxDeviceType::B } else { LinuxDeviceType::C }))
+            .set_major(Some(d.major()))
+            .set_minor(Some(d.minor()))
+            .set_access(Some("rwm".into()));
+        rules.push(rule);
+    }
+    r.set_devices(Some(rules));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{self, put};
+    use super::super::read_trim;
+    use super::*;
+
+    fn devices(json: serde_json::Value) -> Vec<LinuxDevice> {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn rules(r: &LinuxResources) -> Vec<String> {
+        r.devices().iter().flatten().map(|d| d.to_string()).collect()
+    }
+
+    #[test]
+    fn device_nodes_are_allowed_after_the_spec_rules() {
+        let mut r: LinuxResources = serde_json::from_value(serde_json::json!({
+            "devices": [{"allow": false, "access": "rwm"}]
+        }))
+        .unwrap();
+        let d = devices(serde_json::json!([
+            {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229},
+            {"path": "/dev/sda", "type": "b", "major": 8, "minor": 0},
+            {"path": "/dev/u", "type": "u", "major": 4, "minor": 1},
+            {"path": "/dev/fifo", "type": "p"}
+        ]));
+        let got = with_device_allows(&r, &d);
+        assert_eq!(rules(&got), ["a *:* rwm", "c 10:229 rwm", "b 8:0 rwm", "c 4:1 rwm"], "a fifo needs no rule");
+        assert_eq!(rules(&with_device_allows(&r, &[])), ["a *:* rwm"]);
+        r.set_devices(None);
+        assert!(with_device_allows(&r, &[]).devices().is_none(), "no rules stay no rules");
+        assert_eq!(rules(&with_device_allows(&r, &d[..1])), ["c 10:229 rwm"]);
+    }
+
+    #[test]
+    fn a_v1_update_leaves_the_device_cgroup_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let cg = fixture::cgroup(root.path(), Layout::Hybrid, "/t/ct");
+        put(&root.path().join("pids/t/ct"), "pids.max", "");
+        // No devices.* files: writing a rule would fail naming one.
+        let r: LinuxResources = serde_json::from_value(serde_json::json!({
+            "devices": [{"allow": false, "access": "rwm"}], "pids": {"limit": 9}
+        }))
+        .unwrap();
+        let d = devices(serde_json::json!([{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}]));
+        cg.update(&r, &d).unwrap();
+        assert_eq!(read_trim(&root.path().join("pids/t/ct/pids.max")), "9");
+        let e = cg.apply(&r, &d).unwrap_err().to_string();
+        assert!(e.contains("devices/t/ct/devices.deny"), "create writes the rules: {e}");
+    }
+}
