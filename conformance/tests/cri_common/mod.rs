@@ -59,9 +59,7 @@ pub fn missing() -> Option<String> {
     if !Path::new(RUNC).exists() {
         m.push(RUNC.to_string());
     }
-    (!m.is_empty()).then(|| {
-        format!("no {} (conformance/install-deps installs containerd, containernetworking-plugins, runc)", m.join(", "))
-    })
+    (!m.is_empty()).then(|| format!("no {} (conformance/install-deps installs them)", m.join(", ")))
 }
 
 /// A running pod sandbox and the config it was made with (CreateContainer needs it again).
