@@ -306,7 +306,7 @@ fn removal_leaves_nothing(cri: &Cri) {
         ns.iter().find(|n| n["type"] == "network").and_then(|n| n["path"].as_str()).map(std::path::PathBuf::from)
     });
     let netns = netns.expect("the sandbox's network namespace path in its runtimeSpec");
-    let before = Leftovers::of(cri, &pids, &netns);
+    let before = Leftovers::of(cri, &pod.id, &pids, &netns);
     assert!(before.all_present(), "before removal, something to remove is missing: {before:#?}");
 
     for c in [&a, &b] {
@@ -318,7 +318,7 @@ fn removal_leaves_nothing(cri: &Cri) {
 
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let left = Leftovers::of(cri, &pids, &netns);
+        let left = Leftovers::of(cri, &pod.id, &pids, &netns);
         if left.is_empty() {
             break;
         }
@@ -341,7 +341,7 @@ struct Leftovers {
 }
 
 impl Leftovers {
-    fn of(cri: &Cri, pids: &[i32], netns: &std::path::Path) -> Leftovers {
+    fn of(cri: &Cri, pod: &str, pids: &[i32], netns: &std::path::Path) -> Leftovers {
         let shim =
             |p: &i32| tinyrun_conformance::cmdline(*p).first().is_some_and(|a| a.ends_with("containerd-shim-runc-v2"));
         Leftovers {
@@ -351,7 +351,7 @@ impl Leftovers {
             netns: netns.exists(),
             mounts: cri.mounts(),
             state_dirs: cri.runtime_state_dirs(),
-            network: cri.net.leftovers(),
+            network: cri.net.leftovers(&[pod.to_string()]),
         }
     }
 
@@ -376,5 +376,6 @@ impl Leftovers {
             && self.state_dirs.len() == 3
             && self.network.iter().any(|n| n.starts_with("veth "))
             && self.network.iter().any(|n| n.starts_with("host-local reservation "))
+            && self.network.iter().filter(|n| n.starts_with("cni cache ")).count() == 2
     }
 }

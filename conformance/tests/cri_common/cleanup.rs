@@ -32,13 +32,25 @@ pub fn sweep(tag: &str, work: &Path, net: &Net) -> Vec<String> {
     for m in mounts_under(work).iter().rev() {
         let _ = nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH);
     }
-    notes.extend(net.teardown());
+    notes.extend(net.teardown(&sandbox_ids(work)));
     if let Err(e) = fs::remove_dir_all(work) {
         if e.kind() != std::io::ErrorKind::NotFound {
             notes.push(format!("remove {}: {e}", work.display()));
         }
     }
     notes
+}
+
+/// Pod sandboxes the CRI plugin still has records of under `work` (root and state dirs).
+pub fn sandbox_ids(work: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = ["root", "state"]
+        .iter()
+        .filter_map(|d| fs::read_dir(work.join(d).join("io.containerd.grpc.v1.cri/sandboxes")).ok())
+        .flat_map(|rd| rd.filter_map(|e| e.ok()?.file_name().into_string().ok()))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
 }
 
 /// Processes (other than this one) whose command line names `work`.
@@ -58,10 +70,11 @@ fn kill_all(pids: &[i32]) {
 }
 
 /// Sweep `/tmp/tinyrun-cri-<pid>-<n>` of test processes that are gone (their pid is dead or
-/// is no longer a `cri` test binary).
-pub fn reap_stale() {
+/// is no longer a `cri` test binary). True if there was any.
+pub fn reap_stale() -> bool {
+    let mut swept = false;
     let me = std::process::id();
-    let Ok(entries) = fs::read_dir("/tmp") else { return };
+    let Ok(entries) = fs::read_dir("/tmp") else { return false };
     for e in entries.filter_map(|e| e.ok()) {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some((pid, n)) = name.strip_prefix("tinyrun-cri-").and_then(|r| r.split_once('-')) else { continue };
@@ -76,7 +89,9 @@ pub fn reap_stale() {
         for note in sweep(&tag, &work, &Net::new(&tag, pid, n, &work)) {
             eprintln!("cri cleanup ({tag}): {note}");
         }
+        swept = true;
     }
+    swept
 }
 
 fn is_cri_test(pid: i32) -> bool {

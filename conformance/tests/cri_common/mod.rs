@@ -96,7 +96,12 @@ impl Cri {
     pub fn start(handler: &'static str) -> Cri {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         static REAPED: Once = Once::new();
-        REAPED.call_once(cleanup::reap_stale);
+        REAPED.call_once(|| {
+            if cleanup::reap_stale() {
+                // A killed run may have made them; whoever needs them again makes them again.
+                HOST_PATHS.iter().for_each(|p| drop(fs::remove_dir(p)));
+            }
+        });
         host_paths_before();
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
         let tag = format!("cri-{}-{n}", std::process::id());

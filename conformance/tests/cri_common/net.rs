@@ -15,7 +15,8 @@ use std::process::Command;
 pub const PLUGIN_DIR: &str = "/usr/lib/cni";
 pub const PLUGINS: [&str; 3] = ["bridge", "host-local", "loopback"];
 /// libcni's cache of ADD results (containerd 1.6 gives no way to move it): one file per
-/// attachment, `<network>-<sandbox id>-<ifname>`, removed on DEL.
+/// attachment, `<network>-<sandbox id>-<ifname>`, removed on DEL. Besides the test's network
+/// each pod has containerd's own `cni-loopback` (the loopback plugin on `lo`).
 pub const CNI_CACHE: &str = "/var/lib/cni";
 
 pub struct Net {
@@ -45,7 +46,9 @@ impl Net {
         }
     }
 
-    /// The conflist in `conf_dir` and the three plugins linked into `bin_dir`.
+    /// The conflist in `conf_dir` and the three plugins linked into `bin_dir`. The conflist
+    /// holds only the bridge: containerd brings `lo` up itself, with the loopback plugin from
+    /// the same bin dir (its built-in network `cni-loopback`).
     pub fn write(&self, bin_dir: &Path, conf_dir: &Path) {
         fs::create_dir_all(bin_dir).expect("mkdir cni bin");
         fs::create_dir_all(conf_dir).expect("mkdir cni conf");
@@ -68,7 +71,6 @@ impl Net {
                         "dataDir": self.ipam_dir,
                     },
                 },
-                {"type": "loopback"},
             ],
         });
         let text = serde_json::to_string_pretty(&conf).expect("serialize conflist");
@@ -97,10 +99,14 @@ impl Net {
         names.unwrap_or_else(|_| Vec::new()).into_iter().filter(|n: &String| self.contains(n)).collect()
     }
 
-    /// libcni cache files of this network.
-    pub fn cache_files(&self) -> Vec<PathBuf> {
+    /// libcni cache files of this network, or of pod sandboxes `sandboxes` (their
+    /// `cni-loopback` attachment).
+    pub fn cache_files(&self, sandboxes: &[String]) -> Vec<PathBuf> {
         let dir = Path::new(CNI_CACHE).join("results");
-        let mine = |p: &PathBuf| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&self.name));
+        let ours = |n: &str| {
+            n.starts_with(&format!("{}-", self.name)) || sandboxes.iter().any(|id| n.contains(&format!("-{id}-")))
+        };
+        let mine = |p: &PathBuf| p.file_name().and_then(|n| n.to_str()).is_some_and(ours);
         fs::read_dir(dir).map(|d| d.filter_map(|e| Some(e.ok()?.path())).filter(mine).collect()).unwrap_or_default()
     }
 
@@ -116,18 +122,19 @@ impl Net {
         Path::new("/sys/class/net").join(&self.bridge).exists()
     }
 
-    /// Everything the network left on the host, as readable lines (empty: nothing).
-    pub fn leftovers(&self) -> Vec<String> {
+    /// Everything the network left on the host for pods `sandboxes`, as readable lines
+    /// (empty: nothing).
+    pub fn leftovers(&self, sandboxes: &[String]) -> Vec<String> {
         let mut v: Vec<String> = self.veths().into_iter().map(|n| format!("veth {n} on {}", self.bridge)).collect();
         v.extend(self.reservations().into_iter().map(|a| format!("host-local reservation {a}")));
-        v.extend(self.cache_files().into_iter().map(|p| format!("cni cache {}", p.display())));
+        v.extend(self.cache_files(sandboxes).into_iter().map(|p| format!("cni cache {}", p.display())));
         v.extend(self.rules().into_iter().map(|r| format!("iptables rule {r}")));
         v
     }
 
-    /// Remove what is left: veths, the bridge, cache files, rules. The IPAM data dir goes with
-    /// the work dir.
-    pub fn teardown(&self) -> Vec<String> {
+    /// Remove what is left: veths, the bridge, cache files (also those of pods `sandboxes`),
+    /// rules. The IPAM data dir goes with the work dir.
+    pub fn teardown(&self, sandboxes: &[String]) -> Vec<String> {
         let mut notes = Vec::new();
         for veth in self.veths() {
             notes.push(format!("deleted leftover veth {veth}"));
@@ -136,7 +143,7 @@ impl Net {
         if self.bridge_exists() {
             let _ = Command::new("ip").args(["link", "del", &self.bridge]).status();
         }
-        for f in self.cache_files() {
+        for f in self.cache_files(sandboxes) {
             notes.push(format!("removed leftover {}", f.display()));
             let _ = fs::remove_file(f);
         }
