@@ -43,7 +43,8 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("conformance/ has a parent").to_path_buf()
 }
 
-pub(crate) fn target_dir() -> PathBuf {
+/// Cargo's target dir (`CARGO_TARGET_DIR`, else `<workspace>/target`): caches tests share.
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"))
 }
 
