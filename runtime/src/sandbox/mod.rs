@@ -25,4 +25,3 @@ pub use ids::IdRange;
 pub use options::{parse_duration, parse_size, Preset, SandboxOptions};
 pub use pool::{fill as pool_fill, take as pool_take};
 pub use run::{exec, launch, list, run, run_pooled, shell, terminate, Output, SandboxResult};
-pub(crate) use spec::LOOPBACK_ANNOTATION;

@@ -121,8 +121,14 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         let stdio = io.stdio();
         // The box dies with this process, even by SIGKILL: nothing would
         // be left to enforce its timeout.
-        let create =
-            CreateOptions { bundle: bundle.clone(), detach: true, stdio, die_with_runtime: true, ..Default::default() };
+        let create = CreateOptions {
+            bundle: bundle.clone(),
+            detach: true,
+            stdio,
+            die_with_runtime: true,
+            loopback: opts.loopback,
+            ..Default::default()
+        };
         let mut c = rt.create(&id, &create)?;
         let (out_r, err_r) = io.readers();
         let pid = Pid::from_raw(c.pid());
@@ -218,10 +224,14 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
         spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle, host_id)?;
         let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDWR)?;
         let fd = devnull.as_raw_fd();
-        let mut c = rt.create(
-            &id,
-            &CreateOptions { bundle: bundle.clone(), detach: true, stdio: Some([fd, fd, fd]), ..Default::default() },
-        )?;
+        let create = CreateOptions {
+            bundle: bundle.clone(),
+            detach: true,
+            stdio: Some([fd, fd, fd]),
+            loopback: opts.loopback,
+            ..Default::default()
+        };
+        let mut c = rt.create(&id, &create)?;
         c.start()
     })();
     if let Err(e) = made {

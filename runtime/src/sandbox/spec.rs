@@ -33,9 +33,6 @@ const HOST_ETC: [&str; 9] = [
 /// The seccomp allowlist shipped in bundles/profiles.
 const SECCOMP_PROFILE: &str = include_str!("../../../bundles/profiles/sandbox-seccomp.json");
 
-/// Annotation asking init to bring `lo` up in the box's new network namespace.
-pub(crate) const LOOPBACK_ANNOTATION: &str = "org.tinyrun.network.loopback";
-
 fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
     move |e| RuntimeError::io(op, p, e)
 }
@@ -95,8 +92,9 @@ const PER_BOX: [&str; 4] = ["/process/args", "/linux/cgroupsPath", "/linux/uidMa
 
 /// A short digest of everything that shapes a box's isolation: the spec a
 /// box of these options gets, less [`PER_BOX`], plus the skeleton's
-/// symlinks (the one part of the root written outside the spec). So any
-/// option that changes the spec changes the digest. Not in it: the timeout
+/// symlinks (the one part of the root written outside the spec) and
+/// whether `lo` comes up (a create option, not part of the spec). So any
+/// option that changes the box changes the digest. Not in it: the timeout
 /// and output cap, which each run applies itself, and the pool of host ids,
 /// which only picks where the box's own range comes from.
 pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
@@ -112,7 +110,7 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
             *v = Value::Null;
         }
     }
-    let whole = json!({"spec": spec, "skeleton": links});
+    let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback});
     let bytes = serde_json::to_vec(&whole).map_err(|e| RuntimeError::InvalidSpec(format!("sandbox spec: {e}")))?;
     let sum = Sha256::digest(&bytes);
     Ok(sum.iter().take(8).map(|b| format!("{b:02x}")).collect())
@@ -243,10 +241,7 @@ fn spec_json(
     #[allow(clippy::cast_possible_truncation, reason = "a quota in microseconds per 100 ms period")]
     let quota = (opts.cpus * 100_000.0).round().max(1000.0) as i64;
     let map = json!([{"containerID": 0, "hostID": host_id, "size": BLOCK}]);
-    let mut annotations = json!({"org.tinyrun.sandbox": "true"});
-    if opts.loopback {
-        annotations[LOOPBACK_ANNOTATION] = json!("up");
-    }
+    let annotations = json!({"org.tinyrun.sandbox": "true"});
     let mut linux = json!({
         "uidMappings": map,
         "gidMappings": map,
