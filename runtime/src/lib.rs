@@ -18,7 +18,6 @@ mod namespaces;
 mod process;
 mod rlimits;
 mod rootfs;
-pub mod sandbox;
 mod seccomp;
 pub mod spec;
 mod state;

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::ids::BLOCK;
 use super::options::SandboxOptions;
-use crate::error::{Result, RuntimeError};
+use crate::error::{Error, Result};
 
 /// Inside the box the program runs as this user, mapped (with the rest of
 /// ids 0..65535) to the box's own range of host ids (see [`super::ids`]).
@@ -33,8 +33,8 @@ const HOST_ETC: [&str; 9] = [
 /// The seccomp allowlist shipped in bundles/profiles.
 const SECCOMP_PROFILE: &str = include_str!("../../../bundles/profiles/sandbox-seccomp.json");
 
-fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
-    move |e| RuntimeError::io(op, p, e)
+fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |e| Error::io(op, p, e)
 }
 
 /// What a box's root filesystem is made of.
@@ -83,7 +83,7 @@ pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[
     reachable(&root)?;
     let spec = spec_json(id, &root, opts, args, mounts, host_id)?;
     let path = dir.join("config.json");
-    let bytes = serde_json::to_vec(&spec).map_err(|e| RuntimeError::InvalidSpec(format!("sandbox spec: {e}")))?;
+    let bytes = serde_json::to_vec(&spec).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     std::fs::write(&path, bytes).map_err(io("write", &path))
 }
 
@@ -111,13 +111,13 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
         }
     }
     let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback});
-    let bytes = serde_json::to_vec(&whole).map_err(|e| RuntimeError::InvalidSpec(format!("sandbox spec: {e}")))?;
+    let bytes = serde_json::to_vec(&whole).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     let sum = Sha256::digest(&bytes);
     Ok(sum.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 fn bundle_rootfs(bundle: &Path) -> Result<PathBuf> {
-    let b = crate::spec::load(bundle)?;
+    let b = tinyrun::spec::load(bundle)?;
     Ok(b.rootfs)
 }
 
@@ -166,7 +166,7 @@ fn reachable(root: &Path) -> Result<()> {
     for dir in root.ancestors().skip(1) {
         let Ok(meta) = std::fs::metadata(dir) else { continue };
         if meta.permissions().mode() & 0o001 == 0 {
-            return Err(RuntimeError::InvalidArgument(format!(
+            return Err(Error::InvalidArgument(format!(
                 "sandbox root filesystem {} is not reachable by the sandbox's unprivileged user: \
                  {} is not searchable by others (chmod o+x it, or choose another --root)",
                 root.display(),
@@ -262,7 +262,7 @@ fn spec_json(
         linux["seccomp"] = seccomp_profile()?;
     }
     Ok(json!({
-        "ociVersion": oci_spec::runtime::VERSION,
+        "ociVersion": tinyrun::SPEC_VERSION,
         "process": {
             "terminal": false,
             "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
@@ -289,5 +289,5 @@ pub(super) fn seccomp_profile() -> Result<Value> {
 
 pub(super) fn parse_profile(text: &str) -> Result<Value> {
     serde_json::from_str(text)
-        .map_err(|e| RuntimeError::InvalidSpec(format!("the sandbox seccomp profile does not parse: {e}")))
+        .map_err(|e| Error::InvalidSpec(format!("the sandbox seccomp profile does not parse: {e}")))
 }
