@@ -61,6 +61,9 @@ fn pool_serves_only_matching_boxes() {
     let plain = sb.run(&["--pool"], &["python3", "-c", PROBE]);
     let idle_after_plain = pool_idle(&sb);
     let matching = sb.run(&["--pool", "--no-seccomp"], &["python3", "-c", PROBE]);
+    // A taken box is removed by a detached refill: between `sandbox list` and the look at
+    // its claim marker it can go, marker first, and look idle. Read the pool once that's done.
+    wait_for_refills(&sb);
     let idle_after_matching = pool_idle(&sb);
     let (p, m) = (kv(&plain.stdout), kv(&matching.stdout));
     saw(
@@ -88,14 +91,19 @@ fn pool_serves_only_matching_boxes() {
     sb.assert_clean("terminating every sandbox");
 }
 
-/// Waits (10 s at most) for a detached pool refill to finish, then terminates every sandbox.
-fn terminate_all(sb: &Sbx) {
+/// Waits (10 s at most) for a detached pool refill to finish.
+fn wait_for_refills(sb: &Sbx) {
     let bin = sb.rt.bin.to_string_lossy().into_owned();
     let refilling = || sb.rt.leftovers().into_iter().any(|p| cmdline(p).first() == Some(&bin));
     let deadline = Instant::now() + Duration::from_secs(10);
     while refilling() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits for a detached pool refill to finish, then terminates every sandbox.
+fn terminate_all(sb: &Sbx) {
+    wait_for_refills(sb);
     for (id, _, _) in sb.list() {
         sb.raw(&["terminate", &id]).expect_ok("terminate");
     }

@@ -193,8 +193,8 @@ pub fn features() -> Features {
             net_devices: Enabled { enabled: false },
         },
         annotations,
-        // The sandbox layer's request to bring `lo` up.
-        potentially_unsafe_config_annotations: vec![crate::sandbox::LOOPBACK_ANNOTATION.to_string()],
+        // No annotation changes how tinyrun sets a container up.
+        potentially_unsafe_config_annotations: Vec::new(),
     }
 }
 

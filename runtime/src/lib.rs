@@ -19,7 +19,6 @@ mod namespaces;
 mod process;
 mod rlimits;
 mod rootfs;
-pub mod sandbox;
 mod seccomp;
 pub mod spec;
 mod state;
@@ -31,11 +30,13 @@ pub use error::{Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
-    load_process, Container, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, RunOptions, Runtime, Status,
+    check_id, load_process, Container, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, RunOptions,
+    Runtime, Status, Usage,
 };
 pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;
 pub use rlimits::raise_nofile;
+pub use seccomp::Filter as SeccompFilter;
 
 /// The runtime-spec version this build implements.
 pub const SPEC_VERSION: &str = oci_spec::runtime::VERSION;

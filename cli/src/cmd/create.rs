@@ -27,6 +27,7 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         detach,
         stdio: None,
         die_with_runtime: false,
+        loopback: false,
     })
 }
 

@@ -1,11 +1,21 @@
 use std::io::Write;
 use std::path::Path;
 
-use tinyrun::sandbox::{self, parse_duration, parse_size, IdRange, Preset, SandboxOptions};
+use tinyrun_sandbox::{self as sandbox, parse_duration, parse_size, IdRange, Preset, SandboxOptions};
 
 use crate::args::{ListFormat, SandboxCommand, SandboxPoolCommand, SandboxSizeArgs};
 
 pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
+    // The runtime's own errors go up as they are: main re-executes from a
+    // sealed binary on one of them.
+    dispatch(root, c).map_err(|e| match e.downcast::<sandbox::Error>() {
+        Ok(sandbox::Error::Runtime(e)) => e.into(),
+        Ok(e) => e.into(),
+        Err(e) => e,
+    })
+}
+
+fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     match c {
         SandboxCommand::Run(a) => {
             let mut opts = options(&a.size)?;

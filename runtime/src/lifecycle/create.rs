@@ -50,6 +50,9 @@ pub struct CreateOptions {
     /// The container is killed if the calling process dies, even after
     /// `create` returned (a supervisor that enforces limits from outside).
     pub die_with_runtime: bool,
+    /// Bring `lo` up when the container gets a new network namespace
+    /// (runc leaves it down): loopback-only networking with no other setup.
+    pub loopback: bool,
 }
 
 impl Runtime {
@@ -307,6 +310,7 @@ fn init_config<'a>(
         start_listener: listener,
         stdio: opts.stdio,
         die_with_runtime: opts.die_with_runtime,
+        loopback: opts.loopback,
         lock_fd: None,
         cgroup_tasks: Vec::new(),
         cgroup_unified: None,

@@ -120,9 +120,10 @@ impl Container {
         self.exec_inner(opts).map(|(_, code)| code)
     }
 
-    /// Starts `opts.process` in the container and returns its pid without
-    /// waiting (it is our child: the caller reaps it).
-    pub(crate) fn exec_spawn(self, opts: &ExecOptions) -> Result<Pid> {
+    /// Starts `opts.process` in the container and returns its host pid
+    /// without waiting (`opts.detach` is implied): it is the caller's child,
+    /// so the caller can wait for it with a deadline of its own, and reaps it.
+    pub fn exec_spawn(self, opts: &ExecOptions) -> Result<Pid> {
         self.exec_inner(&ExecOptions { detach: true, ..opts.clone() }).map(|(pid, _)| pid)
     }
 

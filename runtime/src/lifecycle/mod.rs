@@ -27,6 +27,7 @@ pub use exec::{load_process, ExecOptions, ProcessOverrides};
 pub use run::RunOptions;
 pub use state::{ContainerState, Status};
 pub use update::{parse_bytes, UpdateFlags};
+pub use usage::Usage;
 
 /// A state root (`--root`) holding containers, one directory each.
 ///
@@ -92,9 +93,14 @@ impl Container {
     }
 }
 
-/// Container ids are directory names: no separators, no dot-dot, nothing
-/// a shell or a path would read differently.
-pub(crate) fn check_id(id: &str) -> Result<()> {
+/// Checks that `id` can name a container: every operation takes the id as
+/// a directory name under the state root, so it has no separators, no
+/// dot-dot, nothing a shell or a path would read differently. A caller that
+/// makes its own files named after an id checks it here first.
+///
+/// # Errors
+/// [`RuntimeError::InvalidId`], saying what is wrong with it.
+pub fn check_id(id: &str) -> Result<()> {
     let bad = |why| Err(RuntimeError::InvalidId(id.to_string(), why));
     if id.is_empty() {
         return bad("it is empty");

@@ -1,18 +1,24 @@
-//! What a container has used so far, in the few numbers a caller of the
-//! sandbox wants (the full set is `events --stats`).
+//! What a container has used so far, in the few numbers a supervisor that
+//! reports on a finished run wants (the full set is `events --stats`).
 
 use super::Container;
 
 /// Totals for the container's cgroup; zeros where the host can't tell.
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Usage {
+pub struct Usage {
+    /// CPU time of every process in the cgroup, in nanoseconds.
     pub cpu_ns: u64,
+    /// The highest memory use of the cgroup, in bytes.
     pub peak_memory: u64,
+    /// How often the kernel's OOM killer acted in the cgroup.
     pub oom_kills: u64,
 }
 
 impl Container {
-    pub(crate) fn usage(&self) -> Usage {
+    /// Reads the container's usage from its cgroup, without libcgroups'
+    /// full stats: cheap enough to call after every run. A container
+    /// without a cgroup, or one already removed, reads as zeros.
+    pub fn usage(&self) -> Usage {
         let Some(path) = self.rec.cgroup_path.as_deref() else { return Usage::default() };
         let Ok(cg) = crate::cgroups::Cgroup::open(path, self.rec.systemd_cgroup, &self.rec.id) else {
             return Usage::default();

@@ -56,6 +56,8 @@ pub(crate) struct InitConfig<'a> {
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
     /// Keep PDEATHSIG for good: the container dies with its supervisor.
     pub die_with_runtime: bool,
+    /// Bring `lo` up in a new network namespace.
+    pub loopback: bool,
     /// The runtime's fd holding the state directory's lock: init closes its
     /// copy at once, or the lock would outlive a runtime killed mid-create.
     pub lock_fd: Option<std::os::fd::RawFd>,
@@ -97,7 +99,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     enter_namespaces(plan, chan)?;
     close_host_fds(cfg, chan)?;
 
-    if plan.is_new(LinuxNamespaceType::Network) && wants_loopback(cfg.spec) {
+    if plan.is_new(LinuxNamespaceType::Network) && cfg.loopback {
         sys::loopback_up().map_err(|e| e.to_string())?;
     }
     if plan.is_new(LinuxNamespaceType::Uts) {
@@ -194,12 +196,6 @@ fn close_host_fds(cfg: &InitConfig, chan: &Channel) -> Step {
     let mut keep = vec![chan.as_raw_fd(), cfg.start_listener.as_raw_fd()];
     keep.extend(cfg.process.console);
     sys::close_fds_except(3 + cfg.process.preserved_fds, &keep).map_err(|e| e.to_string())
-}
-
-/// The sandbox layer asks, by annotation, for `lo` to be up in a new
-/// network namespace (runc leaves it down, and so does tinyrun otherwise).
-fn wants_loopback(spec: &Spec) -> bool {
-    spec.annotations().as_ref().and_then(|a| a.get(crate::sandbox::LOOPBACK_ANNOTATION)).is_some_and(|v| v == "up")
 }
 
 /// Moves this (single-threaded) process into its cgroup itself: see

@@ -112,9 +112,11 @@ pub(crate) struct Listener {
     pub metadata: Option<String>,
 }
 
-/// A compiled filter: the BPF program and the `seccomp(2)` flags to
-/// install it with.
-pub(crate) struct Filter {
+/// A compiled `linux.seccomp` profile: the BPF program and the
+/// `seccomp(2)` flags to install it with, exactly as `create` builds them
+/// for a container (public as [`crate::SeccompFilter`], for callers that
+/// check a profile of their own before writing it into a config).
+pub struct Filter {
     program: Vec<libc::sock_filter>,
     flags: u32,
     listener: Option<Listener>,
@@ -122,7 +124,11 @@ pub(crate) struct Filter {
 
 impl Filter {
     /// Checks and compiles `linux.seccomp`. Runs in the runtime process.
-    pub(crate) fn compile(s: &LinuxSeccomp) -> Result<Filter> {
+    ///
+    /// # Errors
+    /// A profile `create` would refuse, with the same error naming the
+    /// field (an unknown action, operator, architecture or flag, ...).
+    pub fn compile(s: &LinuxSeccomp) -> Result<Filter> {
         compile::compile(s)
     }
 
@@ -131,13 +137,17 @@ impl Filter {
         spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()).map(Filter::compile).transpose()
     }
 
-    /// Installs the filter on the calling thread; returns the notification
-    /// fd when the profile uses `SCMP_ACT_NOTIFY`. Runs in init.
+    /// Installs the filter on the calling thread, for good; returns the
+    /// notification fd when the profile uses `SCMP_ACT_NOTIFY`. Runs in
+    /// init, or in a throw-away child that tries a profile out.
     ///
     /// # Preconditions
     /// no_new_privs is set, or the caller holds CAP_SYS_ADMIN in its user
     /// namespace.
-    pub(crate) fn load(&self) -> Result<Option<OwnedFd>, SysError> {
+    ///
+    /// # Errors
+    /// The kernel's refusal of `seccomp(2)`.
+    pub fn load(&self) -> Result<Option<OwnedFd>, SysError> {
         crate::sys::seccomp::set_filter(&self.program, self.flags)
     }
 

@@ -36,7 +36,7 @@ pub(crate) fn process_state(listener: &Listener, pid: i32, state: &[u8]) -> Resu
     let state: serde_json::Value =
         serde_json::from_slice(state).map_err(|e| RuntimeError::InvalidSpec(format!("seccomp agent state: {e}")))?;
     serde_json::to_vec(&ProcessState {
-        oci_version: crate::SPEC_VERSION,
+        oci_version: oci_spec::runtime::VERSION,
         fds: [SECCOMP_FD_NAME],
         pid,
         metadata: listener.metadata.as_deref(),
@@ -112,7 +112,7 @@ mod tests {
         assert_eq!(&b, b"x");
 
         let v: serde_json::Value = serde_json::from_slice(&buf[..n]).unwrap();
-        assert_eq!(v["ociVersion"], crate::SPEC_VERSION);
+        assert_eq!(v["ociVersion"], oci_spec::runtime::VERSION);
         assert_eq!(v["fds"], serde_json::json!(["seccompFd"]));
         assert_eq!(v["pid"], 42);
         assert_eq!(v["metadata"], "MKNOD=/dev/null");

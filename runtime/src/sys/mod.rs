@@ -92,23 +92,6 @@ pub(crate) fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, Sy
     }
 }
 
-/// Plain `fork(2)`, through glibc so its fork handlers run: for a child
-/// that goes on running the runtime's own code (allocating, taking locks),
-/// unlike [`clone_fork`], whose children only set up a container.
-///
-/// # Preconditions
-/// The caller is single-threaded: the child gets only the calling thread,
-/// so a lock held by another thread would stay locked forever in the child.
-pub(crate) fn fork() -> Result<Forked, SysError> {
-    // SAFETY: the precondition above makes the child's copy of the address
-    // space consistent: no other thread was mid-way through anything.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => Ok(Forked::Child),
-        Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Forked::Parent(child)),
-        Err(e) => Err(SysError::bare("fork", e)),
-    }
-}
-
 /// `pidfd_open(2)`: a handle on a process that can't be confused with a later
 /// process reusing the same pid.
 pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd, SysError> {

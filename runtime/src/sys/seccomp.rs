@@ -73,13 +73,3 @@ pub(crate) fn fork_for_test() -> Result<super::Forked, SysError> {
         pid => Ok(super::Forked::Parent(nix::unistd::Pid::from_raw(pid))),
     }
 }
-
-/// `ioctl(fd, request, arg)` with any request number, even one wider than
-/// the kernel's 32 bits, for tests of filters on the request argument.
-/// Returns the raw result (-1 with errno set on failure).
-#[cfg(test)]
-pub(crate) fn ioctl_for_test(fd: RawFd, request: u64, arg: *mut u8) -> i64 {
-    // SAFETY: a raw syscall, so the whole 64-bit request reaches the filter;
-    // the callers pass a buffer larger than any request they name writes.
-    unsafe { libc::syscall(libc::SYS_ioctl, fd, request, arg) }
-}

@@ -5,7 +5,8 @@ use std::path::Path;
 
 use super::options::SandboxOptions;
 use super::run::launch;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::sys::{self, Forked};
 
 /// Pool sandboxes' ids start with this, followed by the key.
 const PREFIX: &str = "pool";
@@ -26,7 +27,7 @@ fn idle(root: &Path, key: &str) -> Result<Vec<String>> {
     let k = format!("{key}-");
     Ok(super::run::list(root)?
         .into_iter()
-        .filter(|s| s.id.starts_with(&k) && s.status == crate::Status::Running)
+        .filter(|s| s.id.starts_with(&k) && s.status == tinyrun::Status::Running)
         .filter(|s| !root.join("sandbox").join(&s.id).join(CLAIM).exists())
         .map(|s| s.id)
         .collect())
@@ -43,10 +44,22 @@ pub fn fill(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>>
     let key = key(opts)?;
     let target = target_file(root, &key);
     if let Some(dir) = target.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| crate::RuntimeError::io("create", dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
     }
-    crate::state::write_atomic(&target, n.to_string().as_bytes(), 0o600)?;
+    write_atomic(&target, &n.to_string())?;
     top_up(root, opts, &key, n)
+}
+
+/// Replaces `path` with `text` in one rename, so a reader (a refill) sees
+/// the old number or the new one, never a partial write.
+fn write_atomic(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
+    tmp.write_all(text.as_bytes()).map_err(|e| Error::io("write", tmp.path().to_path_buf(), e))?;
+    tmp.as_file().sync_all().map_err(|e| Error::io("sync", tmp.path().to_path_buf(), e))?;
+    tmp.persist(path).map_err(|e| Error::io("rename", path, e.error))?;
+    Ok(())
 }
 
 fn top_up(root: &Path, opts: &SandboxOptions, key: &str, n: usize) -> Result<Vec<String>> {
@@ -73,18 +86,18 @@ pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
 /// child, so the caller that just used it waits for neither.
 ///
 /// # Preconditions
-/// The caller is single-threaded (see [`crate::sys::fork`]).
+/// The caller is single-threaded (see `sys::fork`).
 pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: &str) -> Result<()> {
-    let forked = match crate::sys::fork() {
+    let forked = match sys::fork() {
         Ok(f) => f,
         // No child to do it: remove the used box here, so it never lingers.
         Err(_) => return super::run::terminate(root, used),
     };
-    if let crate::sys::Forked::Child = forked {
+    if let Forked::Child = forked {
         // Nothing is left to report to: the caller has its answer.
         let _ = nix::unistd::setsid();
         // Our stdout may be the caller's pipe: don't hold it open.
-        if let Ok(null) = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDWR) {
+        if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
             for fd in 0..3 {
                 let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
             }
@@ -94,7 +107,7 @@ pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: &str) -
             let n = std::fs::read_to_string(target_file(root, &key)).ok().and_then(|s| s.trim().parse().ok());
             top_up(root, opts, &key, n.unwrap_or(1))
         });
-        crate::sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));
+        sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));
     }
     Ok(())
 }

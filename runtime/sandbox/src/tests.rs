@@ -9,12 +9,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::wait::{waitpid, WaitStatus};
-use oci_spec::runtime::LinuxSeccomp;
 use serde_json::json;
+use tinyrun::oci_spec::runtime::LinuxSeccomp;
+use tinyrun::SeccompFilter as Filter;
 
 use super::options::SandboxOptions;
 use super::spec::{isolation_digest, parse_profile, seccomp_profile};
-use crate::seccomp::Filter;
 use crate::sys::{self, Forked};
 
 fn digest(o: &SandboxOptions) -> String {
@@ -94,7 +94,7 @@ fn shipped() -> Filter {
 fn ioctl_errnos(f: Option<&Filter>, requests: &[u64]) -> Vec<i32> {
     let (target_r, _target_w) = nix::unistd::pipe().unwrap();
     let (report_r, report_w) = nix::unistd::pipe().unwrap();
-    match sys::seccomp::fork_for_test().unwrap() {
+    match sys::fork_for_test().unwrap() {
         Forked::Child => {
             drop(report_r);
             if let Some(f) = f {
@@ -122,7 +122,7 @@ fn ioctl_errnos(f: Option<&Filter>, requests: &[u64]) -> Vec<i32> {
 /// `ioctl(fd, request, buf)` with a zeroed buffer; the errno or 0.
 fn ioctl(fd: &OwnedFd, request: u64) -> i32 {
     let mut buf = [0u8; 256];
-    let ret = sys::seccomp::ioctl_for_test(fd.as_raw_fd(), request, buf.as_mut_ptr());
+    let ret = sys::raw_ioctl(fd.as_raw_fd(), request, &mut buf);
     if ret < 0 {
         nix::errno::Errno::last() as i32
     } else {

@@ -1,28 +1,33 @@
 //! `tinyrun sandbox`: a hardened box for code nobody reviewed, on top of the
 //! same create/start/exec/delete code as every other container.
 //!
-//! The sandbox layer only writes an OCI spec (see [`spec`]) and drives the
-//! lifecycle; it adds no isolation mechanism of its own. Defaults, each
-//! loosened only by an explicit option: a user namespace mapping the box to
-//! a range of unprivileged host ids of its own ([`ids`]), no capabilities,
+//! The sandbox only writes an OCI spec (module `spec`) and drives the
+//! runtime through its public API ([`tinyrun::Runtime`]); it adds no
+//! isolation mechanism of its own. Defaults, each loosened only by an
+//! explicit option: a user namespace mapping the box to a range of
+//! unprivileged host ids of its own (module `ids`), no capabilities,
 //! no_new_privs, private pid/mount/ipc/uts/net/cgroup namespaces,
 //! loopback-only network, a read-only root made of the host's /usr, /bin,
 //! /lib* and a few /etc files, size-capped tmpfs at /tmp and /work,
 //! memory/CPU/pids limits, a seccomp allowlist, and a wall-clock timeout
 //! enforced from outside.
+#![deny(unsafe_code)]
+#![deny(missing_docs)]
 
+mod error;
 mod ids;
 mod options;
 mod pool;
 mod run;
 mod spec;
+mod sys;
 mod wait;
 
 #[cfg(test)]
 mod tests;
 
+pub use error::{Error, Result};
 pub use ids::IdRange;
 pub use options::{parse_duration, parse_size, Preset, SandboxOptions};
 pub use pool::{fill as pool_fill, take as pool_take};
 pub use run::{exec, launch, list, run, run_pooled, shell, terminate, Output, SandboxResult};
-pub(crate) use spec::LOOPBACK_ANNOTATION;

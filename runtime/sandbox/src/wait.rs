@@ -11,8 +11,8 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use super::run::{Output, SandboxResult};
-use crate::error::{Result, RuntimeError, SysError};
-use crate::Runtime;
+use crate::error::{Error, Result};
+use tinyrun::{Runtime, RuntimeError};
 
 /// The box's stdio when its output is captured: /dev/null in, a pipe for
 /// each of stdout and stderr. Without capture the box shares ours.
@@ -27,10 +27,9 @@ impl Capture {
         if !capture {
             return Ok(Capture { devnull: None, out: None, err: None });
         }
-        let pipe = || {
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| RuntimeError::Sys(SysError::bare("pipe", e)))
-        };
-        let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDONLY)?;
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(Error::sys("pipe"));
+        let null = Path::new("/dev/null");
+        let devnull = OwnedFd::from(std::fs::File::open(null).map_err(|e| Error::io("open", null, e))?);
         Ok(Capture { devnull: Some(devnull), out: Some(pipe()?), err: Some(pipe()?) })
     }
 
@@ -66,12 +65,12 @@ fn wait_capturing(
     res: &mut SandboxResult,
 ) -> Result<Waited> {
     let outcome = |s: Option<WaitStatus>| Ok(s.map_or(Waited::TimedOut, Waited::Exited));
-    let pidfd = crate::sys::pidfd_open(pid)?;
+    let pidfd = crate::sys::pidfd_open(pid).map_err(Error::sys("pidfd_open"))?;
     let sigfd = nix::sys::signalfd::SignalFd::with_flags(
         &Interrupts::set(),
         nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
     )
-    .map_err(|e| RuntimeError::Sys(SysError::bare("signalfd", e)))?;
+    .map_err(Error::sys("signalfd"))?;
     let mut pipes: Vec<(OwnedFd, bool)> =
         [(out, false), (err, true)].into_iter().filter_map(|(f, is_err)| f.map(|f| (f, is_err))).collect();
     let mut exited = false;
@@ -156,13 +155,13 @@ pub(super) fn finish(
             res.timed_out = matches!(stop, Ok(Waited::TimedOut));
             match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
                 Ok(()) | Err(RuntimeError::NotRunning) => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
             let status = waitpid(pid, None).ok();
             match stop {
                 Err(e) => return Err(e),
                 Ok(Waited::Interrupted(sig)) => {
-                    return Err(RuntimeError::InvalidState(format!("sandbox {id} stopped: tinyrun got {sig}")))
+                    return Err(Error::InvalidState(format!("sandbox {id} stopped: tinyrun got {sig}")))
                 }
                 _ => {}
             }
@@ -198,7 +197,7 @@ impl Interrupts {
     pub(super) fn block() -> Result<Interrupts> {
         let mut old = nix::sys::signal::SigSet::empty();
         nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&Self::set()), Some(&mut old))
-            .map_err(|e| RuntimeError::Sys(SysError::bare("sigprocmask", e)))?;
+            .map_err(Error::sys("sigprocmask"))?;
         Ok(Interrupts(old))
     }
 }

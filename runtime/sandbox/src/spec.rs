@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::ids::BLOCK;
 use super::options::SandboxOptions;
-use crate::error::{Result, RuntimeError};
+use crate::error::{Error, Result};
 
 /// Inside the box the program runs as this user, mapped (with the rest of
 /// ids 0..65535) to the box's own range of host ids (see [`super::ids`]).
@@ -33,11 +33,8 @@ const HOST_ETC: [&str; 9] = [
 /// The seccomp allowlist shipped in bundles/profiles.
 const SECCOMP_PROFILE: &str = include_str!("../../../bundles/profiles/sandbox-seccomp.json");
 
-/// Annotation asking init to bring `lo` up in the box's new network namespace.
-pub(crate) const LOOPBACK_ANNOTATION: &str = "org.tinyrun.network.loopback";
-
-fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
-    move |e| RuntimeError::io(op, p, e)
+fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |e| Error::io(op, p, e)
 }
 
 /// What a box's root filesystem is made of.
@@ -86,7 +83,7 @@ pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[
     reachable(&root)?;
     let spec = spec_json(id, &root, opts, args, mounts, host_id)?;
     let path = dir.join("config.json");
-    let bytes = serde_json::to_vec(&spec).map_err(|e| RuntimeError::InvalidSpec(format!("sandbox spec: {e}")))?;
+    let bytes = serde_json::to_vec(&spec).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     std::fs::write(&path, bytes).map_err(io("write", &path))
 }
 
@@ -95,8 +92,9 @@ const PER_BOX: [&str; 4] = ["/process/args", "/linux/cgroupsPath", "/linux/uidMa
 
 /// A short digest of everything that shapes a box's isolation: the spec a
 /// box of these options gets, less [`PER_BOX`], plus the skeleton's
-/// symlinks (the one part of the root written outside the spec). So any
-/// option that changes the spec changes the digest. Not in it: the timeout
+/// symlinks (the one part of the root written outside the spec) and
+/// whether `lo` comes up (a create option, not part of the spec). So any
+/// option that changes the box changes the digest. Not in it: the timeout
 /// and output cap, which each run applies itself, and the pool of host ids,
 /// which only picks where the box's own range comes from.
 pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
@@ -112,14 +110,14 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
             *v = Value::Null;
         }
     }
-    let whole = json!({"spec": spec, "skeleton": links});
-    let bytes = serde_json::to_vec(&whole).map_err(|e| RuntimeError::InvalidSpec(format!("sandbox spec: {e}")))?;
+    let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback});
+    let bytes = serde_json::to_vec(&whole).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     let sum = Sha256::digest(&bytes);
     Ok(sum.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 fn bundle_rootfs(bundle: &Path) -> Result<PathBuf> {
-    let b = crate::spec::load(bundle)?;
+    let b = tinyrun::spec::load(bundle)?;
     Ok(b.rootfs)
 }
 
@@ -168,7 +166,7 @@ fn reachable(root: &Path) -> Result<()> {
     for dir in root.ancestors().skip(1) {
         let Ok(meta) = std::fs::metadata(dir) else { continue };
         if meta.permissions().mode() & 0o001 == 0 {
-            return Err(RuntimeError::InvalidArgument(format!(
+            return Err(Error::InvalidArgument(format!(
                 "sandbox root filesystem {} is not reachable by the sandbox's unprivileged user: \
                  {} is not searchable by others (chmod o+x it, or choose another --root)",
                 root.display(),
@@ -243,10 +241,7 @@ fn spec_json(
     #[allow(clippy::cast_possible_truncation, reason = "a quota in microseconds per 100 ms period")]
     let quota = (opts.cpus * 100_000.0).round().max(1000.0) as i64;
     let map = json!([{"containerID": 0, "hostID": host_id, "size": BLOCK}]);
-    let mut annotations = json!({"org.tinyrun.sandbox": "true"});
-    if opts.loopback {
-        annotations[LOOPBACK_ANNOTATION] = json!("up");
-    }
+    let annotations = json!({"org.tinyrun.sandbox": "true"});
     let mut linux = json!({
         "uidMappings": map,
         "gidMappings": map,
@@ -267,7 +262,7 @@ fn spec_json(
         linux["seccomp"] = seccomp_profile()?;
     }
     Ok(json!({
-        "ociVersion": oci_spec::runtime::VERSION,
+        "ociVersion": tinyrun::SPEC_VERSION,
         "process": {
             "terminal": false,
             "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
@@ -294,5 +289,5 @@ pub(super) fn seccomp_profile() -> Result<Value> {
 
 pub(super) fn parse_profile(text: &str) -> Result<Value> {
     serde_json::from_str(text)
-        .map_err(|e| RuntimeError::InvalidSpec(format!("the sandbox seccomp profile does not parse: {e}")))
+        .map_err(|e| Error::InvalidSpec(format!("the sandbox seccomp profile does not parse: {e}")))
 }

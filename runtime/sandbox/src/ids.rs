@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::error::{Result, RuntimeError};
+use crate::error::{Error, Result};
 
 /// Host ids per box: container ids 0..65535.
 pub(crate) const BLOCK: u32 = 65_536;
@@ -57,12 +57,12 @@ impl std::fmt::Display for IdRange {
 }
 
 impl std::str::FromStr for IdRange {
-    type Err = RuntimeError;
+    type Err = Error;
 
     /// `FIRST:COUNT`, each a decimal number or `0x` and hex digits.
     fn from_str(s: &str) -> Result<IdRange> {
         let bad = |why: &str| {
-            RuntimeError::InvalidArgument(format!(
+            Error::InvalidArgument(format!(
                 "invalid id range {s:?}: {why} (use FIRST:COUNT, e.g. 1879048192:268304384)"
             ))
         };
@@ -101,7 +101,7 @@ pub(crate) fn subordinate_ranges(path: &Path) -> Result<Vec<(u64, u64)>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(RuntimeError::io("read", path, e)),
+        Err(e) => return Err(Error::io("read", path, e)),
     };
     Ok(text
         .lines()
@@ -143,7 +143,7 @@ impl Allocator {
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)
-            .map_err(|e| RuntimeError::io("create", &self.dir, e))?;
+            .map_err(|e| Error::io("create", &self.dir, e))?;
         let path = self.dir.join(LOCK);
         let f = std::fs::OpenOptions::new()
             .create(true)
@@ -151,19 +151,19 @@ impl Allocator {
             .write(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| RuntimeError::io("open", &path, e))?;
-        Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| RuntimeError::io("lock", &path, e.into()))
+            .map_err(|e| Error::io("open", &path, e))?;
+        Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| Error::io("lock", &path, e.into()))
     }
 
     /// `(first host id, box id)` of every record.
     fn records(&self) -> Result<Vec<(u32, String, PathBuf)>> {
-        let dir = std::fs::read_dir(&self.dir).map_err(|e| RuntimeError::io("read", &self.dir, e))?;
+        let dir = std::fs::read_dir(&self.dir).map_err(|e| Error::io("read", &self.dir, e))?;
         let mut out = Vec::new();
         for entry in dir {
-            let entry = entry.map_err(|e| RuntimeError::io("read", &self.dir, e))?;
+            let entry = entry.map_err(|e| Error::io("read", &self.dir, e))?;
             let Some(first) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
             let path = entry.path();
-            let owner = std::fs::read_to_string(&path).map_err(|e| RuntimeError::io("read", &path, e))?;
+            let owner = std::fs::read_to_string(&path).map_err(|e| Error::io("read", &path, e))?;
             out.push((first, owner.trim().to_string(), path));
         }
         Ok(out)
@@ -198,7 +198,7 @@ impl Allocator {
             .find(|f| !taken.iter().any(|t| overlaps((*f, u64::from(BLOCK)), *t)))
             .and_then(|f| u32::try_from(f).ok());
         let Some(first) = free else {
-            return Err(RuntimeError::InvalidState(format!(
+            return Err(Error::InvalidState(format!(
                 "no free host id range for sandbox {id}: each of the {} blocks of 65536 ids in the pool {} is in \
                  use or listed in {}; terminate sandboxes or choose another pool with --id-range",
                 pool.count / BLOCK,
@@ -212,8 +212,8 @@ impl Allocator {
             .create_new(true)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| RuntimeError::io("create", &path, e))?;
-        f.write_all(format!("{id}\n").as_bytes()).map_err(|e| RuntimeError::io("write", &path, e))?;
+            .map_err(|e| Error::io("create", &path, e))?;
+        f.write_all(format!("{id}\n").as_bytes()).map_err(|e| Error::io("write", &path, e))?;
         Ok(first)
     }
 
@@ -245,7 +245,7 @@ fn remove(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(RuntimeError::io("remove id record", path, e)),
+        Err(e) => Err(Error::io("remove id record", path, e)),
     }
 }
 

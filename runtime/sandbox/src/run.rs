@@ -14,8 +14,8 @@ use super::ids::Allocator;
 use super::options::SandboxOptions;
 use super::spec::{self, SANDBOX_UID};
 use super::wait::{finish, Capture, Interrupts};
-use crate::error::{Result, RuntimeError};
-use crate::{CreateOptions, ExecOptions, Runtime};
+use crate::error::{Error, Result};
+use tinyrun::{ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError, Status};
 
 /// Captured output, cut at the cap.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -68,9 +68,7 @@ fn dirs(root: &Path) -> (Runtime, PathBuf) {
 fn new_id(prefix: &str) -> Result<String> {
     let mut b = [0u8; 6];
     let urandom = Path::new("/dev/urandom");
-    std::fs::File::open(urandom)
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| RuntimeError::io("read", urandom, e))?;
+    std::fs::File::open(urandom).and_then(|mut f| f.read_exact(&mut b)).map_err(|e| Error::io("read", urandom, e))?;
     Ok(format!("{prefix}-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()))
 }
 
@@ -79,7 +77,7 @@ fn new_id(prefix: &str) -> Result<String> {
 fn box_exists(root: &Path) -> impl Fn(&str) -> bool + '_ {
     move |id| {
         let (state, bundles) = (root.join("sandbox"), root.join("sandbox-bundles"));
-        crate::lifecycle::check_id(id).is_ok() && (state.join(id).exists() || bundles.join(id).exists())
+        tinyrun::check_id(id).is_ok() && (state.join(id).exists() || bundles.join(id).exists())
     }
 }
 
@@ -87,14 +85,14 @@ fn box_exists(root: &Path) -> impl Fn(&str) -> bool + '_ {
 /// own; returns its first host id. The dir comes first, so the range is
 /// never seen as belonging to a box that doesn't exist.
 fn provision(root: &Path, bundle: &Path, id: &str, opts: &SandboxOptions) -> Result<u32> {
-    std::fs::create_dir_all(bundle).map_err(|e| RuntimeError::io("create sandbox bundle", bundle, e))?;
+    std::fs::create_dir_all(bundle).map_err(|e| Error::io("create sandbox bundle", bundle, e))?;
     Allocator::new(root).allocate(opts.host_ids, id, &box_exists(root))
 }
 
 /// Removes box `id` entirely: its state (killing what runs in it), its
 /// bundle and its host ids, in that order, each even if one before failed.
 fn remove_box(root: &Path, id: &str) -> Result<()> {
-    let deleted = dirs(root).0.delete(id, true);
+    let deleted = dirs(root).0.delete(id, true).map_err(Error::from);
     deleted.and(remove_rest(root, id))
 }
 
@@ -121,8 +119,14 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         let stdio = io.stdio();
         // The box dies with this process, even by SIGKILL: nothing would
         // be left to enforce its timeout.
-        let create =
-            CreateOptions { bundle: bundle.clone(), detach: true, stdio, die_with_runtime: true, ..Default::default() };
+        let create = CreateOptions {
+            bundle: bundle.clone(),
+            detach: true,
+            stdio,
+            die_with_runtime: true,
+            loopback: opts.loopback,
+            ..Default::default()
+        };
         let mut c = rt.create(&id, &create)?;
         let (out_r, err_r) = io.readers();
         let pid = Pid::from_raw(c.pid());
@@ -142,7 +146,7 @@ fn remove_dir(p: &Path) -> Result<()> {
     match std::fs::remove_dir_all(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(RuntimeError::io("remove sandbox bundle", p, e)),
+        Err(e) => Err(Error::io("remove sandbox bundle", p, e)),
     }
 }
 
@@ -157,7 +161,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let _signals = Interrupts::block()?;
     let result = (|| {
         let c = rt.load(&id)?;
-        let mut p = c.exec_process(&crate::ProcessOverrides {
+        let mut p = c.exec_process(&ProcessOverrides {
             args: cmd.to_vec(),
             env: opts.env.clone(),
             user: Some((SANDBOX_UID, Some(SANDBOX_UID))),
@@ -199,7 +203,7 @@ const ONE_SHOT: &str = "run";
 fn collect_garbage(root: &Path) {
     let (rt, _) = dirs(root);
     if let Ok(all) = rt.list() {
-        for s in all.into_iter().filter(|s| s.id.starts_with(ONE_SHOT) && s.status == crate::Status::Stopped) {
+        for s in all.into_iter().filter(|s| s.id.starts_with(ONE_SHOT) && s.status == Status::Stopped) {
             let _ = remove_box(root, &s.id);
         }
     }
@@ -213,21 +217,27 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
     let bundle = bundles.join(&id);
     // pid 1 of the box only waits; it reaps whatever exec'd processes leave.
     let idle = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"].map(String::from);
-    let made = (|| {
+    let made = (|| -> Result<()> {
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle, host_id)?;
-        let devnull = crate::sys::fs::open_path(Path::new("/dev/null"), nix::fcntl::OFlag::O_RDWR)?;
+        let null = Path::new("/dev/null");
+        let devnull =
+            std::fs::OpenOptions::new().read(true).write(true).open(null).map_err(|e| Error::io("open", null, e))?;
         let fd = devnull.as_raw_fd();
-        let mut c = rt.create(
-            &id,
-            &CreateOptions { bundle: bundle.clone(), detach: true, stdio: Some([fd, fd, fd]), ..Default::default() },
-        )?;
-        c.start()
+        let create = CreateOptions {
+            bundle: bundle.clone(),
+            detach: true,
+            stdio: Some([fd, fd, fd]),
+            loopback: opts.loopback,
+            ..Default::default()
+        };
+        let mut c = rt.create(&id, &create)?;
+        Ok(c.start()?)
     })();
     if let Err(e) = made {
         return Err(match remove_box(root, &id) {
-            Ok(()) | Err(RuntimeError::NotFound(_)) => e,
-            Err(cleanup) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(cleanup) },
+            Ok(()) | Err(Error::Runtime(RuntimeError::NotFound(_))) => e,
+            Err(cleanup) => Error::WithCleanup { error: Box::new(e), cleanup: Box::new(cleanup) },
         });
     }
     Ok(id)
@@ -237,7 +247,7 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
 pub fn exec(root: &Path, id: &str, cmd: &[String], env: &[String], tty: bool) -> Result<i32> {
     let (rt, _) = dirs(root);
     let c = rt.load(id)?;
-    let mut p = c.exec_process(&crate::ProcessOverrides {
+    let mut p = c.exec_process(&ProcessOverrides {
         args: cmd.to_vec(),
         env: env.to_vec(),
         tty,
@@ -245,7 +255,7 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], env: &[String], tty: bool) ->
         ..Default::default()
     })?;
     p.set_cwd("/work".into());
-    c.exec(&ExecOptions {
+    Ok(c.exec(&ExecOptions {
         process: p,
         detach: false,
         pid_file: None,
@@ -254,7 +264,7 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], env: &[String], tty: bool) ->
         cgroups: Vec::new(),
         ignore_paused: false,
         stdio: None,
-    })
+    })?)
 }
 
 /// An interactive shell in sandbox `id`, on a terminal.
@@ -265,7 +275,7 @@ pub fn shell(root: &Path, id: &str) -> Result<i32> {
 /// Removes sandbox `id`: kills everything in it and deletes every trace.
 pub fn terminate(root: &Path, id: &str) -> Result<()> {
     let (rt, _) = dirs(root);
-    crate::lifecycle::check_id(id)?;
+    tinyrun::check_id(id)?;
     rt.delete(id, false).or_else(|e| match e {
         RuntimeError::InvalidState(_) => rt.delete(id, true),
         e => Err(e),
@@ -274,6 +284,6 @@ pub fn terminate(root: &Path, id: &str) -> Result<()> {
 }
 
 /// The sandboxes that exist now.
-pub fn list(root: &Path) -> Result<Vec<crate::ContainerState>> {
-    dirs(root).0.list()
+pub fn list(root: &Path) -> Result<Vec<ContainerState>> {
+    Ok(dirs(root).0.list()?)
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ids::IdRange;
-use crate::error::{Result, RuntimeError};
+use crate::error::{Error, Result};
 
 /// Size presets: each step roughly doubles the one before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub enum Preset {
 }
 
 impl std::str::FromStr for Preset {
-    type Err = RuntimeError;
+    type Err = Error;
     fn from_str(s: &str) -> Result<Preset> {
         Ok(match s {
             "nano" => Preset::Nano,
@@ -31,7 +31,7 @@ impl std::str::FromStr for Preset {
             "medium" => Preset::Medium,
             "large" => Preset::Large,
             _ => {
-                return Err(RuntimeError::InvalidArgument(format!(
+                return Err(Error::InvalidArgument(format!(
                     "unknown sandbox type {s:?} (nano|micro|small|medium|large)"
                 )))
             }
@@ -108,8 +108,7 @@ impl SandboxOptions {
 
 /// `256M`, `1G`, `512k`, `1024` (bytes); binary multiples, as docker reads them.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let bad =
-        || RuntimeError::InvalidArgument(format!("invalid size {s:?}: use a number with an optional k/M/G suffix"));
+    let bad = || Error::InvalidArgument(format!("invalid size {s:?}: use a number with an optional k/M/G suffix"));
     let t = s.trim();
     let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {
@@ -148,7 +147,7 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     humantime::parse_duration(s.trim())
         .ok()
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| RuntimeError::InvalidArgument(format!("invalid duration {s:?}: use e.g. 10s, 500ms, 2m")))
+        .ok_or_else(|| Error::InvalidArgument(format!("invalid duration {s:?}: use e.g. 10s, 500ms, 2m")))
 }
 
 #[cfg(test)]

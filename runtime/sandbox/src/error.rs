@@ -1,0 +1,66 @@
+//! What the sandbox can fail with: the runtime's errors, passed on as they
+//! are, and the sandbox's own.
+
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+use tinyrun::RuntimeError;
+
+/// Everything the sandbox can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The runtime failed an operation on a box (create, exec, kill, ...).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// A file operation on the host: a bundle, an id record, the pool.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was done, e.g. `create sandbox bundle`.
+        op: &'static str,
+        /// The file it was done to.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A system call with no file to name (`pipe`, `signalfd`, `pidfd_open`).
+    #[error("{op}: {errno}")]
+    Sys {
+        /// The call.
+        op: &'static str,
+        /// The kernel's answer.
+        #[source]
+        errno: Errno,
+    },
+    /// Bad options from the caller (a size, a duration, a preset, an id range).
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The sandbox can't do what was asked now (no free host ids, stopped by
+    /// a signal).
+    #[error("{0}")]
+    InvalidState(String),
+    /// The box's spec or the shipped seccomp profile could not be made.
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// A failure followed by a failed clean-up: both are reported.
+    #[error("{error} (clean-up also failed: {cleanup})")]
+    WithCleanup {
+        /// What failed first.
+        error: Box<Error>,
+        /// What failed while undoing it.
+        cleanup: Box<Error>,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { op, path: path.into(), source }
+    }
+
+    pub(crate) fn sys(op: &'static str) -> impl FnOnce(Errno) -> Self {
+        move |errno| Error::Sys { op, errno }
+    }
+}
+
+/// The sandbox's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

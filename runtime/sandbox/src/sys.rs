@@ -1,0 +1,76 @@
+//! The system calls the sandbox makes itself that neither std nor nix
+//! offers safely: `fork`, `pidfd_open`, `_exit`, and for tests an `ioctl`
+//! whose request is wider than the kernel's 32 bits. Everything else goes
+//! through the runtime's API, std or nix.
+#![allow(unsafe_code)]
+
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::unistd::Pid;
+
+/// Which side of a fork this is.
+pub(crate) enum Forked {
+    #[cfg_attr(not(test), allow(dead_code, reason = "only tests wait for their child"))]
+    Parent(Pid),
+    Child,
+}
+
+/// Plain `fork(2)`, through glibc so its fork handlers run: the child goes
+/// on running the sandbox's own code (allocating, taking locks).
+///
+/// # Preconditions
+/// The caller is single-threaded: the child gets only the calling thread,
+/// so a lock held by another thread would stay locked forever in the child.
+pub(crate) fn fork() -> Result<Forked, Errno> {
+    // SAFETY: the precondition above makes the child's copy of the address
+    // space consistent: no other thread was mid-way through anything.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
+    }
+}
+
+/// `fork(2)` for tests that load a seccomp filter in a child. The test
+/// harness has other threads; glibc's fork handlers still leave malloc
+/// usable in the child, and the child only runs test code and `_exit`s.
+#[cfg(test)]
+pub(crate) fn fork_for_test() -> Result<Forked, Errno> {
+    // SAFETY: see above: the child ends in `_exit` without returning into
+    // the harness, and takes no lock but malloc's, which glibc resets.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
+    }
+}
+
+/// `pidfd_open(2)`: a handle on a process that can't be confused with a
+/// later process reusing the same pid, and that polls readable when it
+/// exits.
+pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd, Errno> {
+    // SAFETY: a plain system call with integer arguments.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    let fd = RawFd::try_from(ret).map_err(|_| Errno::EBADF)?;
+    // SAFETY: on success the kernel returned a fresh fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `ioctl(fd, request, buf)` with any request number, even one wider than
+/// the kernel's 32 bits, so the whole value reaches a seccomp filter.
+/// Returns the raw result (-1 with errno set on failure).
+#[cfg(test)]
+pub(crate) fn raw_ioctl(fd: RawFd, request: u64, buf: &mut [u8; 256]) -> i64 {
+    // SAFETY: a raw system call; `buf` is larger than anything the requests
+    // the tests name write.
+    unsafe { libc::syscall(libc::SYS_ioctl, fd, request, buf.as_mut_ptr()) }
+}
+
+/// Ends a forked child without running the parent's exit handlers or
+/// flushing buffers that belong to the parent.
+pub(crate) fn exit_child(code: i32) -> ! {
+    // SAFETY: _exit is async-signal-safe and never returns.
+    unsafe { libc::_exit(code) }
+}
