@@ -30,11 +30,13 @@
 //!                                   ◀────── Detached
 //!  returns                                  accept() on start.sock ... execve
 //!
-//!  at any point:                    ◀────── Error{msg}   then init exits
+//!  at any point:                    ◀────── Error(InitError)   then init exits
 //! ```
 //!
 //! Messages are JSON, one per `SOCK_SEQPACKET` datagram, so framing is the
-//! kernel's job. Both ends are close-on-exec.
+//! kernel's job. Both ends are close-on-exec. An error crosses as data
+//! ([`InitError`]: operation, object, errno), so the runtime re-raises it
+//! typed.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -45,7 +47,7 @@ use nix::sys::socket::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::SysError;
+use crate::error::{InitError, SysError};
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub(crate) enum Msg {
@@ -74,7 +76,7 @@ pub(crate) enum Msg {
     /// Init → runtime: PDEATHSIG is off; the runtime may exit.
     Detached,
     /// Either way: what failed. The sender gives up after sending it.
-    Error(String),
+    Error(InitError),
     /// Init → runtime: the seccomp notification fd follows, alone in the
     /// next datagram (read it with [`Channel::recv_fd`]).
     SeccompFd,
@@ -179,6 +181,29 @@ impl Channel {
     }
 }
 
+impl Channel {
+    /// Child side: waits for `want` from the runtime. A runtime that is
+    /// gone (killed, or it gave up) leaves nobody to report to: the child
+    /// exits.
+    pub(crate) fn expect(&self, want: Msg) -> Result<(), InitError> {
+        match self.recv()? {
+            Some(m) if m == want => Ok(()),
+            None => crate::sys::exit_child(1),
+            Some(Msg::Error(e)) => Err(e),
+            Some(other) => Err(unexpected(&other, Some(&want))),
+        }
+    }
+}
+
+/// A message that has no place at this point of the conversation.
+pub(crate) fn unexpected(got: &Msg, wanted: Option<&Msg>) -> InitError {
+    let why = match wanted {
+        Some(w) => format!("got {got:?}, wanted {w:?}"),
+        None => format!("got {got:?}"),
+    };
+    InitError::other("sync with the runtime", why)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,9 +212,14 @@ mod tests {
     fn messages_cross_and_eof_is_none() {
         let (a, b) = pair().unwrap();
         a.send(&Msg::Pid(7)).unwrap();
-        a.send(&Msg::Error("boom: EPERM".into())).unwrap();
+        let err = InitError::path("chdir", "/data", nix::errno::Errno::EACCES).field("process.cwd");
+        a.send(&Msg::Error(err.clone())).unwrap();
         assert_eq!(b.recv().unwrap(), Some(Msg::Pid(7)));
-        assert_eq!(b.recv().unwrap(), Some(Msg::Error("boom: EPERM".into())));
+        // The error arrives as data: the errno is still there.
+        let Some(Msg::Error(got)) = b.recv().unwrap() else { panic!("not an error") };
+        assert_eq!(got, err);
+        assert_eq!(got.errno(), Some(nix::errno::Errno::EACCES));
+        assert_eq!(got.to_string(), "process.cwd: chdir /data: EACCES: Permission denied");
         drop(a);
         assert_eq!(b.recv().unwrap(), None);
     }
