@@ -125,7 +125,8 @@ pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 /// permission denied`), since podman and Docker read 126 or 127 from it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InitError {
-    /// The config field the step implements (`process.cwd`, `linux.sysctl`).
+    /// The config field, or entry, the step implements (`process.cwd`,
+    /// `linux.sysctl net.ipv4.ip_forward`, `mounts /dev/pts`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
     /// The operation: a system call or a step (`mount`, `setresuid`).

@@ -18,7 +18,7 @@ use crate::error::InitError;
 /// Copies every entry of `from` into `to`, keeping modes and owners;
 /// `dest` (the mount's destination) names them in errors.
 pub(super) fn copy_tree(from: &OwnedFd, to: &OwnedFd, dest: &Path) -> Result<()> {
-    copy_dir(from, to, dest, 0).map_err(|e| e.field("mounts tmpcopyup"))
+    copy_dir(from, to, dest, 0).map_err(|e| InitError { op: format!("tmpcopyup: {}", e.op), ..e })
 }
 
 fn copy_dir(from: &OwnedFd, to: &OwnedFd, at: &Path, depth: u32) -> Result<()> {

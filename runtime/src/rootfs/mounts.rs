@@ -17,11 +17,16 @@ pub(super) fn is_bind(m: &Mount) -> bool {
         || m.options().as_deref().unwrap_or(&[]).iter().any(|o| o == "bind" || o == "rbind")
 }
 
-/// Mounts `m` at its destination resolved inside `root`.
+/// Mounts `m` at its destination resolved inside `root`; a failure names
+/// the entry (`mounts /dev/pts: ...`).
 pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
+    mount_entry(root, m, o).map_err(|e| e.field(format!("mounts {}", m.destination().display())))
+}
+
+fn mount_entry(root: &Root, m: &Mount, o: &Options) -> Result<()> {
     let dest = m.destination();
     let shown = dest.to_string_lossy();
-    let opts = parse_options(m.options().as_deref().unwrap_or(&[])).map_err(|e| e.field("mounts"))?;
+    let opts = parse_options(m.options().as_deref().unwrap_or(&[]))?;
     let typ = m.typ().as_deref().unwrap_or("");
     if typ == "cgroup" || typ == "cgroup2" {
         return super::cgroupfs::mount_cgroup(root, dest, &opts, o);
@@ -34,9 +39,7 @@ pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
     }
     let target = root.mkdir_all(dest, 0o755)?;
     if opts.copy_up && typ != "tmpfs" {
-        return Err(
-            InitError::other(format!("mount {shown}"), "tmpcopyup applies only to tmpfs mounts").field("mounts")
-        );
+        return Err(InitError::other("mount", "tmpcopyup applies only to tmpfs mounts"));
     }
     // What the directory held, kept open to copy into the new tmpfs.
     let below = if opts.copy_up {
@@ -86,7 +89,7 @@ fn ordinary_directory(root: &Root, dest: &Path, typ: &str) -> Result<()> {
     };
     match nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => Err(InitError::other(
-            format!("mount {}", dest.display()),
+            "mount",
             format!(
                 "filesystem {typ:?} must be mounted on an ordinary directory, and the image has something else there"
             ),
@@ -99,7 +102,7 @@ fn ordinary_directory(root: &Root, dest: &Path, typ: &str) -> Result<()> {
 fn bind(root: &Root, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> {
     let dest = m.destination();
     let shown = dest.to_string_lossy();
-    let bad = |why: &str| InitError::other(format!("bind mount {shown}"), why).field("mounts");
+    let bad = |why: &str| InitError::other("bind mount", why);
     let src = m.source().as_ref().ok_or_else(|| bad("a bind mount needs a source"))?;
     // A relative source is relative to the bundle, as runc reads it.
     let src: PathBuf = if src.is_absolute() { src.clone() } else { o.bundle.join(src) };
