@@ -11,7 +11,7 @@ use std::str::FromStr;
 use caps::{CapSet, Capability, CapsHashSet};
 use oci_spec::runtime::LinuxCapabilities;
 
-use crate::error::{Result, RuntimeError};
+use crate::error::{InitError, Result, RuntimeError};
 
 /// The five sets, converted and checked before cloning.
 #[derive(Debug, Default, Clone)]
@@ -52,38 +52,58 @@ impl Sets {
     /// back: a capability that is still there fails the container rather
     /// than staying silently. Capabilities the running kernel doesn't know
     /// are skipped, as runc does (it can't hold them either).
-    pub(crate) fn apply_bounding(&self) -> Result<(), String> {
+    pub(crate) fn apply_bounding(&self) -> Result<(), InitError> {
+        let field = "process.capabilities.bounding";
         for cap in caps::all().into_iter().filter(|c| !self.bounding.contains(c)) {
             // An error means the kernel does not know the capability.
             if caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) {
-                caps::drop(None, CapSet::Bounding, cap).map_err(|e| format!("drop {cap} from bounding set: {e}"))?;
+                caps::drop(None, CapSet::Bounding, cap)
+                    .map_err(|e| caps_error(format!("drop {cap} from the bounding set"), e).field(field))?;
             }
         }
-        let left = caps::read(None, CapSet::Bounding).map_err(|e| format!("read bounding set: {e}"))?;
+        let left = caps::read(None, CapSet::Bounding).map_err(|e| caps_error("read the bounding set".into(), e))?;
         let extra: Vec<String> = left.difference(&self.bounding).map(|c| c.to_string()).collect();
         if !extra.is_empty() {
-            return Err(format!("bounding set still holds {}", extra.join(", ")));
+            let why = format!("it still holds {}", extra.join(", "));
+            return Err(InitError::other("cut the bounding set", why).field(field));
         }
         Ok(())
     }
 
     /// Sets effective, permitted, inheritable, then raises ambient.
-    pub(crate) fn apply_rest(&self) -> Result<(), String> {
+    pub(crate) fn apply_rest(&self) -> Result<(), InitError> {
+        let set = |which: CapSet, caps: &CapsHashSet, field: &str| {
+            caps::set(None, which, caps).map_err(|e| {
+                caps_error(format!("set {field} capabilities"), e).field(format!("process.capabilities.{field}"))
+            })
+        };
         // Permitted can only shrink, and effective must stay within it, so
         // shrink effective first.
-        caps::set(None, CapSet::Effective, &self.effective.intersection(&self.permitted).copied().collect())
-            .map_err(|e| format!("set effective capabilities: {e}"))?;
-        caps::set(None, CapSet::Permitted, &self.permitted).map_err(|e| format!("set permitted capabilities: {e}"))?;
-        caps::set(None, CapSet::Effective, &self.effective).map_err(|e| format!("set effective capabilities: {e}"))?;
-        caps::set(None, CapSet::Inheritable, &self.inheritable)
-            .map_err(|e| format!("set inheritable capabilities: {e}"))?;
-        caps::clear(None, CapSet::Ambient).map_err(|e| format!("clear ambient capabilities: {e}"))?;
+        set(CapSet::Effective, &self.effective.intersection(&self.permitted).copied().collect(), "effective")?;
+        set(CapSet::Permitted, &self.permitted, "permitted")?;
+        set(CapSet::Effective, &self.effective, "effective")?;
+        set(CapSet::Inheritable, &self.inheritable, "inheritable")?;
+        caps::clear(None, CapSet::Ambient).map_err(|e| caps_error("clear ambient capabilities".into(), e))?;
         for cap in &self.ambient {
             // Not an error when the cap isn't both permitted and
             // inheritable: runc only warns, and configs rely on that.
             let _ = caps::raise(None, CapSet::Ambient, *cap);
         }
         Ok(())
+    }
+}
+
+/// The `caps` crate's error is only a message, ending with the io error's
+/// `(os error N)`: the errno is read back from it.
+fn caps_error(op: String, e: caps::errors::CapsError) -> InitError {
+    let text = e.to_string();
+    let errno = text
+        .rsplit_once("(os error ")
+        .and_then(|(_, n)| n.trim_end_matches(')').parse::<i32>().ok())
+        .map(nix::errno::Errno::from_raw);
+    match errno {
+        Some(errno) => InitError::sys(op, errno),
+        None => InitError::other(op, text),
     }
 }
 
@@ -110,6 +130,17 @@ mod tests {
                 assert_eq!(st, nix::sys::wait::WaitStatus::Exited(child, 0));
             }
         }
+    }
+
+    #[test]
+    fn the_errno_of_a_caps_failure_is_kept() {
+        let e = caps_error(
+            "set permitted capabilities".into(),
+            "capset failure: Operation not permitted (os error 1)".into(),
+        );
+        assert_eq!(e.errno(), Some(nix::errno::Errno::EPERM));
+        assert_eq!(e.to_string(), "set permitted capabilities: EPERM: Operation not permitted");
+        assert_eq!(caps_error("x".into(), "overlarge capability index 99".into()).errno(), None);
     }
 
     #[test]

@@ -26,7 +26,7 @@ mod sys;
 mod tty;
 mod user;
 
-pub use error::{Result, RuntimeError, SysError};
+pub use error::{InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use oci_spec::runtime::{Process, Spec};
 
-use crate::error::{Result, RuntimeError};
+use crate::error::{InitError, Result, RuntimeError};
 
 /// AppArmor is on, as runc decides it: securityfs has it and the module says `Y`.
 pub(crate) fn apparmor_enabled(sys: &Path) -> bool {
@@ -83,32 +83,32 @@ fn check_at(spec: &Spec, sys: &Path, proc: &Path) -> Result<()> {
 /// Arms the AppArmor profile and the SELinux label for the next execve.
 /// Runs in init, after pivot_root (the container's /proc) and before the
 /// user switch and seccomp.
-pub(crate) fn apply(apparmor: Option<&str>, selinux: Option<&str>) -> Result<(), String> {
+pub(crate) fn apply(apparmor: Option<&str>, selinux: Option<&str>) -> Result<(), InitError> {
     if let Some(profile) = apparmor.filter(|s| !s.is_empty()) {
         let attr = if Path::new("/proc/thread-self/attr/apparmor/exec").exists() {
             "/proc/thread-self/attr/apparmor/exec"
         } else {
             "/proc/thread-self/attr/exec"
         };
-        write_attr(attr, &format!("exec {profile}"))
-            .map_err(|e| format!("process.apparmorProfile: apply profile {profile:?}: {e}"))?;
+        write_attr(attr, &format!("exec {profile}")).map_err(|e| e.field("process.apparmorProfile"))?;
     }
     if let Some(label) = selinux.filter(|s| !s.is_empty()) {
-        write_attr("/proc/thread-self/attr/exec", label)
-            .map_err(|e| format!("process.selinuxLabel: set exec label {label:?}: {e}"))?;
+        write_attr("/proc/thread-self/attr/exec", label).map_err(|e| e.field("process.selinuxLabel"))?;
     }
     Ok(())
 }
 
 /// Writes one LSM attribute, after checking that the file really is on
 /// procfs (a mount over it must not take the write elsewhere).
-fn write_attr(path: &str, value: &str) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new().write(true).open(path)?;
-    let st = nix::sys::statfs::fstatfs(f.as_fd())?;
+fn write_attr(path: &str, value: &str) -> Result<(), InitError> {
+    let fail = |op: &str, e: std::io::Error| InitError::path(op.to_string(), path, crate::sys::io_errno(&e));
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| fail("open", e))?;
+    let st = nix::sys::statfs::fstatfs(f.as_fd()).map_err(|e| InitError::path("fstatfs", path, e))?;
     if st.filesystem_type() != nix::sys::statfs::PROC_SUPER_MAGIC {
-        return Err(std::io::Error::other(format!("{path} is not on procfs")));
+        return Err(InitError::other(format!("write {path}"), "it is not on procfs"));
     }
     f.write_all(value.as_bytes())
+        .map_err(|e| InitError::value("write", format_args!("{value:?} to {path}"), crate::sys::io_errno(&e)))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use nix::sys::resource::{setrlimit, Resource};
 use oci_spec::runtime::{PosixRlimit, PosixRlimitType};
 
-use crate::error::{Result, RuntimeError};
+use crate::error::{InitError, Result, RuntimeError};
 
 /// One limit, converted before cloning.
 #[derive(Debug, Clone, Copy)]
@@ -65,28 +65,35 @@ const INIT_FDS: u64 = 64;
 
 /// Applies the limits to the calling process, while it still holds the
 /// privilege to raise hard limits.
-pub(crate) fn apply(limits: &[Limit]) -> Result<(), String> {
+pub(crate) fn apply(limits: &[Limit]) -> Result<(), InitError> {
     for l in limits {
         let soft = if l.resource == Resource::RLIMIT_NOFILE { l.soft.max(INIT_FDS.min(l.hard)) } else { l.soft };
         setrlimit(l.resource, soft, l.hard).map_err(|e| {
-            let hint =
-                if e == nix::errno::Errno::EPERM { " (raising a hard limit needs CAP_SYS_RESOURCE)" } else { "" };
-            format!("setrlimit {} soft={} hard={}: {e}{hint}", l.name, l.soft, l.hard)
+            let err = set_error(l, e);
+            if e == nix::errno::Errno::EPERM {
+                err.hint("raising a hard limit needs CAP_SYS_RESOURCE")
+            } else {
+                err
+            }
         })?;
     }
     Ok(())
 }
 
+fn set_error(l: &Limit, e: nix::errno::Errno) -> InitError {
+    InitError::value("setrlimit", format_args!("{} soft={} hard={}", l.name, l.soft, l.hard), e)
+        .field("process.rlimits")
+}
+
 /// Lowers the file-descriptor soft limit to what the config asks, just
 /// before execve (lowering a soft limit needs no privilege); without an
 /// RLIMIT_NOFILE in the config, back to the caller's (see [`raise_nofile`]).
-pub(crate) fn apply_final(limits: &[Limit]) -> Result<(), String> {
+pub(crate) fn apply_final(limits: &[Limit]) -> Result<(), InitError> {
     let own = limits.iter().find(|l| l.resource == Resource::RLIMIT_NOFILE).copied();
     let Some(l) = own.or_else(|| CALLER_NOFILE.get().map(|&(soft, hard)| Limit { soft, hard, ..NOFILE })) else {
         return Ok(());
     };
-    setrlimit(l.resource, l.soft, l.hard)
-        .map_err(|e| format!("setrlimit {} soft={} hard={}: {e}", l.name, l.soft, l.hard))
+    setrlimit(l.resource, l.soft, l.hard).map_err(|e| set_error(&l, e))
 }
 
 const NOFILE: Limit = Limit { resource: Resource::RLIMIT_NOFILE, name: "RLIMIT_NOFILE", soft: 0, hard: 0 };

@@ -223,6 +223,14 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     })
 }
 
+/// Calls `f` (a bind or a connect) with a short name for `<dir>/start.sock`:
+/// the directory's `/proc/self/fd/<N>` path, so a state root of any length
+/// can't overflow `sun_path` (108 bytes).
+pub(crate) fn via_start_socket<T>(dir: &Path, f: impl FnOnce(&str) -> std::io::Result<T>) -> std::io::Result<T> {
+    let dirfd = File::open(dir)?;
+    f(&format!("{}/{START_SOCKET}", crate::sys::fs::fd_path(&dirfd)))
+}
+
 /// Field 22 of `/proc/<pid>/stat` and whether the process is a zombie.
 /// Parsed by procfs from one plain read: this runs on every command, and
 /// opening /proc through procfs' hardened path costs dozens of syscalls.
@@ -304,6 +312,18 @@ mod tests {
         // No temporary file is left next to the record.
         let names: Vec<_> = std::fs::read_dir(&l.dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from(STATE_FILE)]);
+    }
+
+    /// A state root far longer than `sun_path` still gets its start socket.
+    #[test]
+    fn the_start_socket_fits_under_a_long_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("r".repeat(200));
+        let l = StateDir::create(&root, "c").unwrap();
+        let listener = via_start_socket(&l.dir, |p| std::os::unix::net::UnixListener::bind(p)).unwrap();
+        via_start_socket(&l.dir, |p| std::os::unix::net::UnixStream::connect(p)).unwrap();
+        listener.accept().unwrap();
+        assert!(l.path(START_SOCKET).exists());
     }
 
     #[test]

@@ -5,76 +5,56 @@
 //! The master goes, as exactly one `SCM_RIGHTS` fd, to the console socket
 //! the caller named (`--console-socket`), or to the runtime itself for a
 //! foreground `run`/`exec -t`, which then relays it to its own stdio. The
-//! slave becomes init's stdio, controlling terminal and `/dev/console`.
+//! slave becomes the process's stdio and controlling terminal (and init
+//! binds it over `/dev/console` through the rootfs layer).
 
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::Path;
 
 use nix::fcntl::OFlag;
-use nix::mount::MsFlags;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt, Winsize};
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 
-use crate::error::SysError;
+use crate::error::{InitError, SysError};
 use crate::sys;
-use crate::sys::mount::mount;
 
 /// Container side: make the pty, hand the master over `socket`, and take
 /// the slave as stdio and controlling terminal. `uid`/`gid` will own the
-/// slave. `dev_console` also binds the slave over /dev/console (init only;
-/// an exec'd process must not replace the container's console).
+/// slave, which is returned (init binds it over /dev/console: see
+/// [`crate::rootfs::bind_console`]).
 ///
 /// # Preconditions
 /// Runs after pivot_root (or setns into the container's mount namespace),
 /// before the user switch, in a new session without a controlling
 /// terminal ([`crate::process::finalize::begin`]); /dev/ptmx and /dev/pts
 /// are the container's own.
-pub(crate) fn setup_console(
-    socket: RawFd,
-    size: Option<(u16, u16)>,
-    uid: u32,
-    gid: u32,
-    dev_console: bool,
-) -> Result<(), String> {
-    let master =
-        posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC).map_err(|e| format!("open /dev/ptmx: {e}"))?;
-    grantpt(&master).map_err(|e| format!("grantpt: {e}"))?;
-    unlockpt(&master).map_err(|e| format!("unlockpt: {e}"))?;
+pub(crate) fn setup_console(socket: RawFd, size: Option<(u16, u16)>, uid: u32, gid: u32) -> Result<OwnedFd, InitError> {
+    let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+        .map_err(|e| InitError::path("open", "/dev/ptmx", e))?;
+    let pty = master.as_raw_fd();
+    grantpt(&master).map_err(|e| InitError::fd("grantpt", pty, e))?;
+    unlockpt(&master).map_err(|e| InitError::fd("unlockpt", pty, e))?;
     // The slave is opened from the master, not by its /dev/pts name, which
     // a process in the container could have replaced.
-    let slave = sys::pty_peer(master.as_raw_fd()).map_err(|e| format!("open pty slave (TIOCGPTPEER): {e}"))?;
-    nix::unistd::fchown(
-        slave.as_raw_fd(),
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-    )
-    .map_err(|e| format!("chown pty slave: {e}"))?;
+    let slave = sys::pty_peer(pty).map_err(|e| InitError::fd("open pty slave (TIOCGPTPEER) of", pty, e))?;
+    let (owner, group) = (nix::unistd::Uid::from_raw(uid), nix::unistd::Gid::from_raw(gid));
+    nix::unistd::fchown(slave.as_raw_fd(), Some(owner), Some(group))
+        .map_err(|e| InitError::value("chown pty slave to", format_args!("{uid}:{gid}"), e))?;
     if let Some((rows, cols)) = size {
         let ws = Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
-        sys::set_winsize(master.as_raw_fd(), &ws).map_err(|e| format!("set console size: {e}"))?;
+        sys::set_winsize(pty, &ws).map_err(|e| {
+            InitError::value("set console size", format_args!("{rows}x{cols}"), e).field("process.consoleSize")
+        })?;
     }
-    let name = ptsname_r(&master).map_err(|e| format!("ptsname: {e}"))?;
-    if dev_console {
-        // An empty file to bind the slave over, made through the root so a
-        // symlink planted at /dev/console can't redirect it.
-        let root = crate::sys::fs::Root::open(Path::new("/")).map_err(|e| e.to_string())?;
-        // A symlink in the image at /dev/console must not choose what the
-        // pty is mounted over (CVE-2025-52565): replace it with a file.
-        crate::rootfs::replace_symlink(&root, Path::new("/dev/console"))?;
-        let target = root.ensure(Path::new("/dev/console"), true).map_err(|e| e.to_string())?;
-        let target = crate::sys::fs::fd_path(&target);
-        let source = crate::sys::fs::fd_path(&slave);
-        mount(Some(&source), &target, None, MsFlags::MS_BIND, None, "/dev/console").map_err(|e| e.to_string())?;
-    }
-    send_fd(socket, master.as_raw_fd(), name.as_bytes())
-        .map_err(|e| format!("send pty master to console socket: {e}"))?;
+    let name = ptsname_r(&master).map_err(|e| InitError::fd("ptsname", pty, e))?;
+    send_fd(socket, pty, name.as_bytes())
+        .map_err(|e| InitError::fd("send pty master to console socket", socket, e.errno))?;
     drop(master);
-    sys::set_ctty(slave.as_raw_fd()).map_err(|e| format!("make the pty the controlling terminal: {e}"))?;
+    sys::set_ctty(slave.as_raw_fd()).map_err(|e| InitError::sys("make the pty the controlling terminal", e))?;
     for fd in 0..3 {
-        nix::unistd::dup2(slave.as_raw_fd(), fd).map_err(|e| format!("dup2 pty to fd {fd}: {e}"))?;
+        nix::unistd::dup2(slave.as_raw_fd(), fd).map_err(|e| InitError::fd("dup2 pty slave to", fd, e))?;
     }
-    Ok(())
+    Ok(slave)
 }
 
 /// A connected pair for a foreground terminal: init sends the pty master

@@ -4,6 +4,7 @@
 use nix::unistd::{setgroups, setresgid, setresuid, Gid, Uid};
 
 use crate::capabilities::Sets;
+use crate::error::InitError;
 
 /// The ids init switches to.
 #[derive(Debug, Clone, Default)]
@@ -15,20 +16,24 @@ pub(crate) struct Ids {
 
 /// Bounding set, then ids (keeping permitted across a non-zero uid), then
 /// the remaining capability sets.
-pub(crate) fn switch(ids: &Ids, caps: &Sets, may_setgroups: bool) -> Result<(), String> {
+pub(crate) fn switch(ids: &Ids, caps: &Sets, may_setgroups: bool) -> Result<(), InitError> {
     caps.apply_bounding()?;
-    nix::sys::prctl::set_keepcaps(true).map_err(|e| format!("prctl(PR_SET_KEEPCAPS): {e}"))?;
+    nix::sys::prctl::set_keepcaps(true).map_err(|e| InitError::value("prctl", "PR_SET_KEEPCAPS 1", e))?;
     if may_setgroups {
         let groups: Vec<Gid> = ids.additional_gids.iter().map(|g| Gid::from_raw(*g)).collect();
-        setgroups(&groups).map_err(|e| format!("setgroups {:?}: {e}", ids.additional_gids))?;
+        setgroups(&groups).map_err(|e| {
+            InitError::value("setgroups", format_args!("{:?}", ids.additional_gids), e)
+                .field("process.user.additionalGids")
+        })?;
     } else if !ids.additional_gids.is_empty() {
-        return Err("process.user.additionalGids: setgroups is denied in this user namespace".into());
+        return Err(InitError::other("setgroups", "setgroups is denied in this user namespace")
+            .field("process.user.additionalGids"));
     }
     let gid = Gid::from_raw(ids.gid);
-    setresgid(gid, gid, gid).map_err(|e| format!("setresgid {}: {e}", ids.gid))?;
+    setresgid(gid, gid, gid).map_err(|e| InitError::value("setresgid", ids.gid, e).field("process.user.gid"))?;
     let uid = Uid::from_raw(ids.uid);
-    setresuid(uid, uid, uid).map_err(|e| format!("setresuid {}: {e}", ids.uid))?;
-    nix::sys::prctl::set_keepcaps(false).map_err(|e| format!("prctl(PR_SET_KEEPCAPS): {e}"))?;
+    setresuid(uid, uid, uid).map_err(|e| InitError::value("setresuid", ids.uid, e).field("process.user.uid"))?;
+    nix::sys::prctl::set_keepcaps(false).map_err(|e| InitError::value("prctl", "PR_SET_KEEPCAPS 0", e))?;
     caps.apply_rest()
 }
 

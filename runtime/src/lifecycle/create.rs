@@ -4,25 +4,22 @@
 //! then nothing of the runtime stays behind. Any failure undoes everything:
 //! init is killed, and the state directory removed.
 
-use std::ffi::CString;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use nix::unistd::Pid;
 use oci_spec::runtime::{LinuxDevice, LinuxNamespaceType, LinuxResources};
 
-use super::{check_id, Container, HookState, Runtime};
-use crate::capabilities::Sets;
+use super::{check_id, Container, Runtime};
 use crate::cgroups::Cgroup;
-use crate::error::{Result, RuntimeError};
+use crate::error::{InitError, Result, RuntimeError};
 use crate::hooks::{self, Kind};
 use crate::namespaces::Plan;
-use crate::process::finalize::ProcessConfig;
 use crate::process::init::InitConfig;
 use crate::process::launch::{self, Host};
 use crate::spec::{self, Bundle};
 use crate::state::{now_rfc3339, proc_start_time, write_atomic, Record, StateDir, CONFIG_FILE, START_SOCKET};
-use crate::user::Ids;
 
 /// What `create` (and `run`) take besides the id.
 #[derive(Debug, Default, Clone)]
@@ -75,16 +72,11 @@ impl Runtime {
     ) -> Result<Container> {
         crate::process::ensure_single_threaded()?;
         crate::exe::require_sealed(crate::exe::needed_for_create(&bundle.spec)?)?;
-        check_terminal(bundle, opts)?;
+        let terminal = bundle.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
+        super::check_terminal(terminal, opts.detach, opts.console_socket.is_some())?;
         // Connect before anything exists: a bad socket path is the
         // caller's error and must leave nothing behind.
-        let socket = match &opts.console_socket {
-            Some(p) => Some(std::os::fd::OwnedFd::from(
-                std::os::unix::net::UnixStream::connect(p)
-                    .map_err(|e| RuntimeError::io("connect to console socket", p, e))?,
-            )),
-            None => None,
-        };
+        let socket = super::connect_console_socket(opts.console_socket.as_deref())?;
         let console = socket.as_ref().or(console).map(std::os::fd::AsRawFd::as_raw_fd);
         let lock = StateDir::create(self.root(), id)?;
         match build(&lock, id, bundle, opts, console) {
@@ -94,21 +86,6 @@ impl Runtime {
                 Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c) },
             }),
         }
-    }
-}
-
-/// runc's rules for a terminal: the pty master goes to a console socket when
-/// the runtime detaches, and a socket without a terminal makes no sense.
-fn check_terminal(b: &Bundle, opts: &CreateOptions) -> Result<()> {
-    let terminal = b.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
-    match (terminal, opts.detach, opts.console_socket.is_some()) {
-        (true, true, false) => Err(RuntimeError::InvalidArgument(
-            "cannot allocate tty if tinyrun will detach without setting console socket".into(),
-        )),
-        (false, _, true) | (true, false, true) => Err(RuntimeError::InvalidArgument(
-            "cannot use console socket if tinyrun will not detach or allocate tty".into(),
-        )),
-        _ => Ok(()),
     }
 }
 
@@ -138,37 +115,35 @@ impl Host for CreateHost<'_> {
     }
 
     fn runtime_hooks(&mut self, pid: Pid) -> Result<()> {
-        let st = hook_state(self.id, self.bundle, pid.as_raw(), "creating");
+        let st = hooks::State {
+            oci_version: self.bundle.spec.version(),
+            id: self.id,
+            status: "creating",
+            pid: pid.as_raw(),
+            bundle: &self.bundle.dir,
+            annotations: self.bundle.spec.annotations().as_ref(),
+        }
+        .to_json();
         hooks::run_all(&self.bundle.spec, Kind::Prestart, &st)?;
         hooks::run_all(&self.bundle.spec, Kind::CreateRuntime, &st)
     }
 }
 
-pub(crate) fn hook_state(id: &str, b: &Bundle, pid: i32, status: &str) -> Vec<u8> {
-    serde_json::to_vec(&HookState {
-        oci_version: b.spec.version(),
-        id,
-        status,
-        pid,
-        bundle: &b.dir,
-        annotations: b.spec.annotations().as_ref(),
-    })
-    .unwrap_or_default()
-}
-
+/// Makes the container: config snapshot, start socket, cgroup, init (set
+/// up and waiting for `start`), and the record of it. On failure, undoes
+/// what it made but the state directory (the caller removes that).
 fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, console: Option<i32>) -> Result<Record> {
     let created = now_rfc3339();
     let spec = &bundle.spec;
     let config = serde_json::to_vec(spec).map_err(|e| RuntimeError::InvalidSpec(format!("encode config: {e}")))?;
     write_atomic(&lock.path(CONFIG_FILE), &config, 0o600)?;
-
     let plan = Plan::new(spec)?;
     if !plan.is_new(LinuxNamespaceType::Mount) && !plan.joins.iter().any(|j| j.typ == LinuxNamespaceType::Mount) {
         return Err(RuntimeError::InvalidSpec(
             "linux.namespaces: a mount namespace is required (mounts must not reach the host)".into(),
         ));
     }
-    let listener = bind_start_socket(&lock.path(START_SOCKET), &lock.dir)?;
+    let listener = bind_start_socket(lock)?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
     cfg.process.console = console;
     cfg.lock_fd = lock.lock_fd();
@@ -182,47 +157,10 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
         Ok(()) => e,
         Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
     };
-    // On v1, init moves itself in (cheaper: see Cgroup::prepare_self_join).
-    // It does so first thing, still with the host's root uid even when it
-    // was cloned into a new user namespace, so the host's files let it.
-    let self_join = cgroup.prepare_self_join(&resources, &devices).map_err(|e| undo_cgroup(e.into()))?;
-    cfg.cgroup_hierarchies = cgroup.hierarchies().to_vec();
-    let mut clone_into = None;
-    if let Some(sj) = self_join {
-        cfg.cgroup_tasks = sj.tasks;
-        if let Some((fd, procs)) = sj.unified {
-            cfg.cgroup_unified = Some((procs, cgroup.recorded().to_string()));
-            clone_into = Some(fd);
-        }
-    }
+    let clone_into = self_join(&cgroup, &resources, &devices, &mut cfg).map_err(undo_cgroup)?;
     let mut host = CreateHost { id, bundle, cgroup: &cgroup, resources: &resources, devices: &devices, clone_into };
     let launched = launch::launch(&cfg, &mut host).map_err(undo_cgroup)?;
-    let pid = launched.pid;
-    let result = (|| -> Result<Record> {
-        let start_time = proc_start_time(pid.as_raw())
-            .map(|(t, _)| t)
-            .ok_or_else(|| RuntimeError::Init("init exited right after set-up".into()))?;
-        let rec = Record {
-            id: id.to_string(),
-            bundle: bundle.dir.clone(),
-            rootfs: bundle.rootfs.clone(),
-            pid: pid.as_raw(),
-            start_time,
-            created,
-            annotations: spec.annotations().clone().unwrap_or_default(),
-            systemd_cgroup: opts.systemd_cgroup,
-            own_pid_ns: plan.is_new(LinuxNamespaceType::Pid),
-            cgroup_path: Some(cgroup.recorded().to_string()),
-            init_exe: crate::state::proc_exe(pid.as_raw()),
-            ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, plan.other_user_ns()),
-        };
-        lock.save(&rec)?;
-        if let Some(p) = &opts.pid_file {
-            write_atomic(p, pid.as_raw().to_string().as_bytes(), 0o644)?;
-        }
-        Ok(rec)
-    })();
-    match result {
+    match record(lock, &cfg, opts, &cgroup, launched.pid, created) {
         Ok(rec) => {
             launched.commit().map_err(undo_cgroup)?;
             Ok(rec)
@@ -237,17 +175,68 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     }
 }
 
-/// Binds `<state>/start.sock` through the directory's `/proc/self/fd` name,
-/// so a long state root can't overflow `sun_path`.
-fn bind_start_socket(path: &Path, dir: &Path) -> Result<std::os::fd::OwnedFd> {
-    let dirfd = std::fs::File::open(dir).map_err(|e| RuntimeError::io("open", dir, e))?;
-    let short = format!("{}/{START_SOCKET}", crate::sys::fs::fd_path(&dirfd));
+/// On v1, init moves itself into its cgroup (cheaper: see
+/// `Cgroup::prepare_self_join`). It does so first thing, still with the
+/// host's root uid even when it was cloned into a new user namespace, so
+/// the host's files let it. Returns the hybrid cgroup2 directory to clone
+/// init into, when there is one.
+fn self_join(
+    cgroup: &Cgroup,
+    resources: &LinuxResources,
+    devices: &[LinuxDevice],
+    cfg: &mut InitConfig,
+) -> Result<Option<OwnedFd>> {
+    let self_join = cgroup.prepare_self_join(resources, devices)?;
+    cfg.cgroup_hierarchies = cgroup.hierarchies().to_vec();
+    let Some(sj) = self_join else { return Ok(None) };
+    cfg.cgroup_tasks = sj.tasks;
+    Ok(sj.unified.map(|(fd, procs)| {
+        cfg.cgroup_unified = Some((procs, cgroup.recorded().to_string()));
+        fd
+    }))
+}
+
+/// Writes the container's record (and `--pid-file`) for a ready init.
+fn record(
+    lock: &StateDir,
+    cfg: &InitConfig,
+    opts: &CreateOptions,
+    cgroup: &Cgroup,
+    pid: Pid,
+    created: String,
+) -> Result<Record> {
+    let start_time = proc_start_time(pid.as_raw())
+        .map(|(t, _)| t)
+        .ok_or_else(|| RuntimeError::Init(InitError::msg("init exited right after set-up")))?;
+    let rec = Record {
+        id: cfg.id.to_string(),
+        bundle: cfg.bundle.to_path_buf(),
+        rootfs: cfg.rootfs.to_path_buf(),
+        pid: pid.as_raw(),
+        start_time,
+        created,
+        annotations: cfg.spec.annotations().clone().unwrap_or_default(),
+        systemd_cgroup: opts.systemd_cgroup,
+        own_pid_ns: cfg.plan.is_new(LinuxNamespaceType::Pid),
+        cgroup_path: Some(cgroup.recorded().to_string()),
+        init_exe: crate::state::proc_exe(pid.as_raw()),
+        ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, cfg.plan.other_user_ns()),
+    };
+    lock.save(&rec)?;
+    if let Some(p) = &opts.pid_file {
+        write_atomic(p, pid.as_raw().to_string().as_bytes(), 0o644)?;
+    }
+    Ok(rec)
+}
+
+/// Binds the state directory's start socket.
+fn bind_start_socket(lock: &StateDir) -> Result<OwnedFd> {
     // A connection is what starts the container: only our own user may
     // make one, whatever umask the caller has (the state dir is 0711).
     let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-    let bound = UnixListener::bind(&short);
+    let bound = crate::state::via_start_socket(&lock.dir, |p| UnixListener::bind(p));
     nix::sys::stat::umask(old);
-    let l = bound.map_err(|e| RuntimeError::io("bind start socket", path, e))?;
+    let l = bound.map_err(|e| RuntimeError::io("bind start socket", lock.path(START_SOCKET), e))?;
     Ok(l.into())
 }
 
@@ -256,24 +245,18 @@ fn init_config<'a>(
     b: &'a Bundle,
     plan: &'a Plan,
     opts: &CreateOptions,
-    listener: &'a std::os::fd::OwnedFd,
+    listener: &'a OwnedFd,
 ) -> Result<InitConfig<'a>> {
     let spec = &b.spec;
     let process = spec.process().as_ref().ok_or_else(|| RuntimeError::InvalidSpec("process is not set".into()))?;
-    let args = process
-        .args()
-        .iter()
-        .flatten()
-        .map(|a| CString::new(a.as_str()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|_| RuntimeError::InvalidSpec("process.args: an argument contains a NUL byte".into()))?;
-    let mut env = process.env().clone().unwrap_or_default();
+    let mut p = super::process_config(process, opts.listen_fds + opts.preserve_fds)?;
+    p.umask = Some(process.user().umask().unwrap_or(0o022));
     if opts.listen_fds > 0 {
-        env.retain(|e| !e.starts_with("LISTEN_FDS=") && !e.starts_with("LISTEN_PID="));
-        env.push(format!("LISTEN_FDS={}", opts.listen_fds));
-        env.push("LISTEN_PID=1".into());
+        p.env.retain(|e| !e.starts_with("LISTEN_FDS=") && !e.starts_with("LISTEN_PID="));
+        p.env.push(format!("LISTEN_FDS={}", opts.listen_fds));
+        p.env.push("LISTEN_PID=1".into());
     }
-    let user = process.user();
+    p.seccomp = crate::seccomp::Filter::from_spec(spec)?;
     let wants_hooks = [Kind::Prestart, Kind::CreateRuntime, Kind::CreateContainer, Kind::StartContainer]
         .iter()
         .any(|k| !hooks::list(spec, *k).is_empty());
@@ -283,26 +266,7 @@ fn init_config<'a>(
         rootfs: &b.rootfs,
         spec,
         plan,
-        process: ProcessConfig {
-            caps: Sets::from_spec(process.capabilities().as_ref())?,
-            rlimits: crate::rlimits::from_spec(process.rlimits().as_ref())?,
-            ids: Ids {
-                uid: user.uid(),
-                gid: user.gid(),
-                additional_gids: user.additional_gids().clone().unwrap_or_default(),
-            },
-            umask: Some(user.umask().unwrap_or(0o022)),
-            args,
-            env,
-            cwd: process.cwd().clone(),
-            no_new_privs: process.no_new_privileges().unwrap_or(false),
-            preserved_fds: opts.listen_fds + opts.preserve_fds,
-            console: None,
-            console_size: process.console_size().as_ref().map(crate::tty::console_size),
-            seccomp: crate::seccomp::Filter::from_spec(spec)?,
-            apparmor: process.apparmor_profile().clone().filter(|s| !s.is_empty()),
-            selinux: process.selinux_label().clone().filter(|s| !s.is_empty()),
-        },
+        process: p,
         no_pivot: opts.no_pivot,
         no_new_keyring: opts.no_new_keyring,
         oom_score_adj: process.oom_score_adj(),

@@ -1,6 +1,5 @@
 //! `exec`: run another program inside a created or running container.
 
-use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -11,13 +10,12 @@ use oci_spec::runtime::{LinuxNamespaceType, Process};
 use super::state::Status;
 use super::Container;
 use crate::capabilities::Sets;
-use crate::error::{Result, RuntimeError, SysError};
+use crate::error::{InitError, Result, RuntimeError, SysError};
+use crate::hooks;
 use crate::namespaces::{self, Join};
 use crate::process::exec_init::{self, ExecConfig};
-use crate::process::finalize::ProcessConfig;
 use crate::process::sync::{self, Msg};
 use crate::sys::{self, Forked};
-use crate::user::Ids;
 
 /// How to run the new process.
 #[derive(Debug, Clone)]
@@ -129,67 +127,28 @@ impl Container {
 
     fn exec_inner(mut self, opts: &ExecOptions) -> Result<(Pid, i32)> {
         crate::process::ensure_single_threaded()?;
-        match self.status() {
-            Status::Stopped => return Err(RuntimeError::InvalidState("cannot exec in a stopped container".into())),
-            Status::Paused if !opts.ignore_paused => {
-                return Err(RuntimeError::InvalidState(
-                    "cannot exec in a paused container (use --ignore-paused to override)".into(),
-                ))
-            }
-            _ => {}
-        }
+        self.check_can_exec(opts.ignore_paused)?;
         check_process(&opts.process)?;
         let spec = self.config()?;
         self.seal_if_needed(&spec, &opts.process)?;
         let terminal = opts.process.terminal().unwrap_or(false);
-        match (terminal, opts.detach, opts.console_socket.is_some()) {
-            (true, true, false) => {
-                return Err(RuntimeError::InvalidArgument(
-                    "cannot allocate tty if tinyrun will detach without setting console socket".into(),
-                ))
-            }
-            (false, _, true) | (true, false, true) => {
-                return Err(RuntimeError::InvalidArgument(
-                    "cannot use console socket if tinyrun will not detach or allocate tty".into(),
-                ))
-            }
-            _ => {}
-        }
+        super::check_terminal(terminal, opts.detach, opts.console_socket.is_some())?;
         let (joins, parent_joins) = self.namespace_fds(&spec)?;
-        let socket: Option<OwnedFd> = match &opts.console_socket {
-            Some(p) => Some(
-                std::os::unix::net::UnixStream::connect(p)
-                    .map_err(|e| RuntimeError::io("connect to console socket", p, e))?
-                    .into(),
-            ),
-            None => None,
-        };
+        let socket = super::connect_console_socket(opts.console_socket.as_deref())?;
+        // A foreground terminal: the process sends the pty master to us.
         let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };
         let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
-        let mut cfg = ExecConfig {
-            joins,
-            stdio: opts.stdio,
-            cgroup_tasks: Vec::new(),
-            cgroup_unified: None,
-            process: process_config(&opts.process, opts.preserve_fds, console)?,
-        };
+        let mut process = super::process_config(&opts.process, opts.preserve_fds)?;
+        process.console = console;
         // A foreground terminal takes our window size before the program
         // runs (the relay would copy it only afterwards).
-        if pair.is_some() && cfg.process.console_size.is_none() {
-            cfg.process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
+        if pair.is_some() && process.console_size.is_none() {
+            process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
         }
-        cfg.process.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
-        // The new process moves itself into the container's cgroup (see
-        // Cgroup::prepare_self_join); the hybrid cgroup2 part by clone3.
+        process.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
+        let mut cfg = ExecConfig { joins, stdio: opts.stdio, cgroup_tasks: Vec::new(), cgroup_unified: None, process };
         let cgroup = self.cgroup()?;
-        let mut clone_into = None;
-        if let Some(sj) = cgroup.as_ref().and_then(|cg| cg.existing_self_join()) {
-            cfg.cgroup_tasks = sj.tasks;
-            if let Some((fd, procs)) = sj.unified {
-                cfg.cgroup_unified = Some((procs, self.rec.cgroup_path.clone().unwrap_or_default()));
-                clone_into = Some(fd);
-            }
-        }
+        let clone_into = self.self_join(cgroup.as_ref(), &mut cfg);
 
         let mut old = SigSet::empty();
         if !opts.detach {
@@ -211,6 +170,28 @@ impl Container {
             let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         }
         result
+    }
+
+    /// An exec needs a live container, and a paused one only when asked.
+    fn check_can_exec(&self, ignore_paused: bool) -> Result<()> {
+        match self.status() {
+            Status::Stopped => Err(RuntimeError::InvalidState("cannot exec in a stopped container".into())),
+            Status::Paused if !ignore_paused => Err(RuntimeError::InvalidState(
+                "cannot exec in a paused container (use --ignore-paused to override)".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The new process moves itself into the container's cgroup (see
+    /// `Cgroup::prepare_self_join`); the hybrid cgroup2 part by clone3,
+    /// into the directory returned.
+    fn self_join(&self, cgroup: Option<&crate::cgroups::Cgroup>, cfg: &mut ExecConfig) -> Option<OwnedFd> {
+        let sj = cgroup.and_then(|cg| cg.existing_self_join())?;
+        cfg.cgroup_tasks = sj.tasks;
+        let (fd, procs) = sj.unified?;
+        cfg.cgroup_unified = Some((procs, self.rec.cgroup_path.clone().unwrap_or_default()));
+        Some(fd)
     }
 
     /// CVE-2019-5736 (see `exe`): the exec'd process runs the runtime's
@@ -301,7 +282,7 @@ impl Container {
                         ours.send(&Msg::SeccompDone)?;
                     }
                     Some(Msg::Error(e)) => return Err(RuntimeError::Exec(e)),
-                    Some(m) => return Err(RuntimeError::Exec(format!("unexpected message {m:?}"))),
+                    Some(m) => return Err(RuntimeError::Exec(sync::unexpected(&m, None))),
                 }
             }
         })();
@@ -320,19 +301,19 @@ impl Container {
     /// the container's state (as runc does for `exec`).
     fn seccomp_agent(&self, cfg: &ExecConfig, pid: Pid, fd: &OwnedFd) -> Result<()> {
         let Some(listener) = cfg.process.seccomp.as_ref().and_then(|f| f.listener()) else {
-            return Err(RuntimeError::Exec("sent a seccomp fd, but no listenerPath is configured".into()));
+            let why = "the process sent a notification fd, but no listenerPath is configured";
+            return Err(RuntimeError::Exec(InitError::other("seccomp", why).field("linux.seccomp")));
         };
         let status = self.status().to_string();
-        let annotations = (!self.rec.annotations.is_empty()).then_some(&self.rec.annotations);
-        let state = serde_json::to_vec(&super::HookState {
-            oci_version: crate::SPEC_VERSION,
+        let state = hooks::State {
+            oci_version: oci_spec::runtime::VERSION,
             id: &self.rec.id,
             status: &status,
             pid: self.rec.pid,
             bundle: &self.rec.bundle,
-            annotations,
-        })
-        .map_err(|e| RuntimeError::Exec(format!("seccomp agent state: {e}")))?;
+            annotations: (!self.rec.annotations.is_empty()).then_some(&self.rec.annotations),
+        }
+        .to_json();
         let payload = crate::seccomp::notify::process_state(listener, pid.as_raw(), &state)?;
         crate::seccomp::notify::send(listener, std::os::fd::AsFd::as_fd(fd), &payload)
     }
@@ -372,37 +353,6 @@ fn check_process(p: &Process) -> Result<()> {
     // Applied like init's (runc's exec runs under the container's profile
     // and label), so refused only where the host can't apply them.
     crate::lsm::check_process(p)
-}
-
-fn process_config(p: &Process, preserve_fds: u32, console: Option<i32>) -> Result<ProcessConfig> {
-    let args = p
-        .args()
-        .iter()
-        .flatten()
-        .map(|a| CString::new(a.as_str()))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|_| RuntimeError::InvalidArgument("process.args: an argument contains a NUL byte".into()))?;
-    let user = p.user();
-    Ok(ProcessConfig {
-        caps: Sets::from_spec(p.capabilities().as_ref())?,
-        rlimits: crate::rlimits::from_spec(p.rlimits().as_ref())?,
-        ids: Ids {
-            uid: user.uid(),
-            gid: user.gid(),
-            additional_gids: user.additional_gids().clone().unwrap_or_default(),
-        },
-        umask: user.umask(),
-        args,
-        env: p.env().clone().unwrap_or_default(),
-        cwd: p.cwd().clone(),
-        no_new_privs: p.no_new_privileges().unwrap_or(false),
-        preserved_fds: preserve_fds,
-        console,
-        console_size: p.console_size().as_ref().map(crate::tty::console_size),
-        seccomp: None,
-        apparmor: p.apparmor_profile().clone().filter(|s| !s.is_empty()),
-        selinux: p.selinux_label().clone().filter(|s| !s.is_empty()),
-    })
 }
 
 /// Reads a `--process` file: a full OCI Process object.

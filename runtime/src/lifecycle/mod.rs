@@ -14,13 +14,18 @@ mod state;
 mod update;
 mod usage;
 
-use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use oci_spec::runtime::Process;
 
+use crate::capabilities::Sets;
 use crate::error::{Result, RuntimeError};
+use crate::process::finalize::ProcessConfig;
 use crate::state::{Record, StateDir};
+use crate::user::Ids;
 
 pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};
@@ -117,17 +122,60 @@ pub fn check_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// The runtime-spec State, as hooks receive it on stdin.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct HookState<'a> {
-    pub oci_version: &'a str,
-    pub id: &'a str,
-    pub status: &'a str,
-    pub pid: i32,
-    pub bundle: &'a Path,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub annotations: Option<&'a HashMap<String, String>>,
+/// runc's rules for a terminal: the pty master goes to a console socket when
+/// the runtime detaches, and a socket without a terminal makes no sense.
+pub(crate) fn check_terminal(terminal: bool, detach: bool, console_socket: bool) -> Result<()> {
+    match (terminal, detach, console_socket) {
+        (true, true, false) => Err(RuntimeError::InvalidArgument(
+            "cannot allocate tty if tinyrun will detach without setting console socket".into(),
+        )),
+        (false, _, true) | (true, false, true) => Err(RuntimeError::InvalidArgument(
+            "cannot use console socket if tinyrun will not detach or allocate tty".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Connects to `--console-socket`, before anything exists: a bad path is
+/// the caller's error and must leave nothing behind.
+pub(crate) fn connect_console_socket(path: Option<&Path>) -> Result<Option<OwnedFd>> {
+    let Some(p) = path else { return Ok(None) };
+    let s = UnixStream::connect(p).map_err(|e| RuntimeError::io("connect to console socket", p, e))?;
+    Ok(Some(s.into()))
+}
+
+/// The parts of a config's `process` that every container process applies
+/// alike ([`ProcessConfig`]), converted and checked before cloning. `umask`
+/// is the config's (init defaults it), no console, no seccomp yet.
+pub(crate) fn process_config(p: &Process, preserved_fds: u32) -> Result<ProcessConfig> {
+    let args = p
+        .args()
+        .iter()
+        .flatten()
+        .map(|a| CString::new(a.as_str()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|_| RuntimeError::InvalidSpec("process.args: an argument contains a NUL byte".into()))?;
+    let user = p.user();
+    Ok(ProcessConfig {
+        caps: Sets::from_spec(p.capabilities().as_ref())?,
+        rlimits: crate::rlimits::from_spec(p.rlimits().as_ref())?,
+        ids: Ids {
+            uid: user.uid(),
+            gid: user.gid(),
+            additional_gids: user.additional_gids().clone().unwrap_or_default(),
+        },
+        umask: user.umask(),
+        args,
+        env: p.env().clone().unwrap_or_default(),
+        cwd: p.cwd().clone(),
+        no_new_privs: p.no_new_privileges().unwrap_or(false),
+        preserved_fds,
+        console: None,
+        console_size: p.console_size().as_ref().map(crate::tty::console_size),
+        seccomp: None,
+        apparmor: p.apparmor_profile().clone().filter(|s| !s.is_empty()),
+        selinux: p.selinux_label().clone().filter(|s| !s.is_empty()),
+    })
 }
 
 #[cfg(test)]

@@ -30,8 +30,8 @@ impl Runtime {
         super::check_id(id)?;
         let bundle = crate::spec::load(&opts.create.bundle)?;
         if opts.create.detach {
-            let mut c = self.create_from(id, &bundle, &opts.create, None)?;
-            return self.start_or_delete(&mut c, id).map(|_| 0);
+            let c = self.create_from(id, &bundle, &opts.create, None)?;
+            return self.start_or_delete(c, id).map(|_| 0);
         }
         let all = SigSet::all();
         let mut old = SigSet::empty();
@@ -47,7 +47,7 @@ impl Runtime {
             let terminal = bundle.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
             let pair =
                 if opts.create.console_socket.is_none() && terminal { Some(crate::tty::console_pair()?) } else { None };
-            let mut c = self.create_from(id, &bundle, &opts.create, pair.as_ref().map(|p| &p.1))?;
+            let c = self.create_from(id, &bundle, &opts.create, pair.as_ref().map(|p| &p.1))?;
             let master = match &pair {
                 Some((ours, _)) => match crate::tty::recv_fd(ours.as_raw_fd()) {
                     Ok(m) => Some(m),
@@ -65,8 +65,7 @@ impl Runtime {
                 crate::tty::copy_winsize(0, m.as_raw_fd());
             }
             let pid = Pid::from_raw(c.pid());
-            self.start_or_delete(&mut c, id)?;
-            drop(c);
+            self.start_or_delete(c, id)?;
             let code = crate::process::foreground::wait(pid, master);
             if !opts.keep {
                 self.delete(id, true)?;
@@ -77,8 +76,12 @@ impl Runtime {
         result
     }
 
-    fn start_or_delete(&self, c: &mut super::Container, id: &str) -> Result<()> {
-        if let Err(e) = c.start() {
+    /// Starts `c`; if that fails, deletes it. Takes the container (and so
+    /// its lock) and lets go of it before deleting, which locks it again.
+    fn start_or_delete(&self, mut c: super::Container, id: &str) -> Result<()> {
+        let started = c.start();
+        drop(c);
+        if let Err(e) = started {
             let _ = self.delete(id, true);
             return Err(e);
         }

@@ -5,7 +5,7 @@ use std::os::unix::net::UnixStream;
 
 use super::state::Status;
 use super::Container;
-use crate::error::{Result, RuntimeError};
+use crate::error::{InitError, Result, RuntimeError};
 use crate::hooks::{self, Kind};
 use crate::state::{CONFIG_FILE, START_SOCKET};
 
@@ -22,22 +22,23 @@ impl Container {
             }
         }
         let sock = self.lock.path(START_SOCKET);
-        let dir = std::fs::File::open(&self.lock.dir).map_err(|e| RuntimeError::io("open", &self.lock.dir, e))?;
-        let short = format!("{}/{START_SOCKET}", crate::sys::fs::fd_path(&dir));
-        let mut conn = UnixStream::connect(&short).map_err(|e| match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => {
-                RuntimeError::InvalidState("cannot start container: its init process exited before start".into())
-            }
-            _ => RuntimeError::io("connect to start socket", &sock, e),
-        })?;
+        let mut conn =
+            crate::state::via_start_socket(&self.lock.dir, |p| UnixStream::connect(p)).map_err(|e| match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    RuntimeError::InvalidState("cannot start container: its init process exited before start".into())
+                }
+                _ => RuntimeError::io("connect to start socket", &sock, e),
+            })?;
         conn.write_all(b"s").map_err(|e| RuntimeError::io("write to start socket", &sock, e))?;
         // Init closes the connection by exec'ing (it is close-on-exec), or
         // writes why it could not.
-        let mut reply = String::new();
-        let _ = conn.read_to_string(&mut reply);
+        let mut reply = Vec::new();
+        let _ = conn.read_to_end(&mut reply);
         let _ = std::fs::remove_file(&sock);
         if !reply.is_empty() {
-            return Err(RuntimeError::Init(reply));
+            let err = serde_json::from_slice::<InitError>(&reply)
+                .unwrap_or_else(|_| InitError::msg(String::from_utf8_lossy(&reply).into_owned()));
+            return Err(RuntimeError::Init(err));
         }
         let spec = self.config()?;
         let st = self.hook_state("running");
@@ -55,15 +56,16 @@ impl Container {
         serde_json::from_slice(&bytes).map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", path.display())))
     }
 
+    /// The state hooks get, with `status`.
     pub(crate) fn hook_state(&self, status: &str) -> Vec<u8> {
-        serde_json::to_vec(&super::HookState {
+        hooks::State {
             oci_version: oci_spec::runtime::VERSION,
             id: &self.rec.id,
             status,
             pid: self.rec.pid,
             bundle: &self.rec.bundle,
             annotations: Some(&self.rec.annotations).filter(|a| !a.is_empty()),
-        })
-        .unwrap_or_default()
+        }
+        .to_json()
     }
 }

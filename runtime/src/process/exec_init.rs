@@ -14,9 +14,9 @@ use std::path::PathBuf;
 
 use nix::sys::signal::Signal;
 
-use super::finalize::{self, ProcessConfig};
-use super::init::{expect, Step};
+use super::finalize::{self, ProcessConfig, Step};
 use super::sync::{Channel, Msg};
+use crate::error::InitError;
 use crate::namespaces::Join;
 use crate::sys;
 
@@ -36,7 +36,7 @@ pub(crate) struct ExecConfig {
 /// Child entry point. Never returns.
 pub(crate) fn main(cfg: &ExecConfig, chan: &Channel) -> ! {
     let err = match setup(cfg, chan) {
-        Ok(()) => "exec returned".to_string(),
+        Ok(()) => InitError::other("exec", "returned without running the program"),
         Err(e) => e,
     };
     let _ = chan.send(&Msg::Error(err));
@@ -45,20 +45,20 @@ pub(crate) fn main(cfg: &ExecConfig, chan: &Channel) -> ! {
 
 fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     finalize::begin(cfg.stdio)?;
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    finalize::die_with_parent(Some(Signal::SIGKILL))?;
     // With the host's credentials still: a user namespace joined next
     // would not be allowed to write the host's cgroup files.
-    super::init::join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
+    finalize::join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
     for j in &cfg.joins {
-        crate::namespaces::setns(j).map_err(|e| e.to_string())?;
+        crate::namespaces::setns(j)?;
     }
     // Nothing of the host may stay open once inside: see init's close_host_fds.
     let mut keep = vec![chan.as_raw_fd()];
     keep.extend(cfg.process.console);
-    sys::close_fds_except(3 + cfg.process.preserved_fds, &keep).map_err(|e| e.to_string())?;
-    expect(chan, Msg::Go)?;
+    sys::close_fds_except(3 + cfg.process.preserved_fds, &keep)?;
+    chan.expect(Msg::Go)?;
     let program = finalize::prepare(&cfg.process, chan, false)?;
     // The program must outlive a detached `exec` (PDEATHSIG survives execve).
-    nix::sys::prctl::set_pdeathsig(None).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    finalize::die_with_parent(None)?;
     Err(finalize::exec(&cfg.process, &program))
 }

@@ -22,16 +22,21 @@
 
 use std::ffi::{CStr, CString};
 use std::os::fd::RawFd;
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use nix::sys::signal::Signal;
 
-use super::init::{find_executable, refuse_runtime_binary, verify_cwd, with_home, Step};
+use super::program::{find_executable, refuse_runtime_binary, verify_cwd, with_home};
 use super::sync::{Channel, Msg};
 use crate::capabilities::Sets;
+use crate::error::InitError;
 use crate::rlimits::Limit;
 use crate::sys;
 use crate::user::{self, Ids};
+
+/// One step of a container process's set-up.
+pub(crate) type Step = Result<(), InitError>;
 
 /// The process part of the config, prepared by the runtime before cloning.
 pub(crate) struct ProcessConfig {
@@ -73,11 +78,35 @@ pub(crate) fn begin(stdio: Option<[RawFd; 3]>) -> Step {
     if let Some(fds) = stdio {
         take_stdio(fds)?;
     }
-    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    nix::unistd::setsid().map_err(|e| InitError::sys("setsid", e))?;
     // Made non-dumpable by the runtime before the clone; a process that is
     // somehow dumpable here must not go on into the container.
-    if nix::sys::prctl::get_dumpable().map_err(|e| format!("prctl(PR_GET_DUMPABLE): {e}"))? {
-        return Err("the process is dumpable; refusing to enter the container".into());
+    if nix::sys::prctl::get_dumpable().map_err(|e| InitError::value("prctl", "PR_GET_DUMPABLE", e))? {
+        return Err(InitError::other("enter the container", "the process is dumpable"));
+    }
+    Ok(())
+}
+
+/// Asks the kernel to SIGKILL us when our parent dies (`Some`), or not.
+pub(crate) fn die_with_parent(sig: Option<Signal>) -> Step {
+    nix::sys::prctl::set_pdeathsig(sig)
+        .map_err(|e| InitError::value("prctl", format_args!("PR_SET_PDEATHSIG {}", sig.map_or("0", |s| s.as_str())), e))
+}
+
+/// Moves this (single-threaded) process into its cgroup itself: see
+/// `Cgroup::prepare_self_join`. Empty lists when the runtime does it.
+pub(crate) fn join_own_cgroup(tasks: &[PathBuf], unified: Option<&(PathBuf, String)>) -> Step {
+    let join =
+        |f: &Path| std::fs::write(f, "0").map_err(|e| InitError::path("join cgroup: write 0 to", f, sys::io_errno(&e)));
+    for f in tasks {
+        join(f)?;
+    }
+    if let Some((procs, path)) = unified {
+        let own = crate::sys::fs::read_proc("/proc/self/cgroup").unwrap_or_default();
+        let placed = own.lines().any(|l| l.strip_prefix("0::").is_some_and(|p| p == path));
+        if !placed {
+            join(procs)?;
+        }
     }
     Ok(())
 }
@@ -86,7 +115,8 @@ pub(crate) fn begin(stdio: Option<[RawFd; 3]>) -> Step {
 fn take_stdio(fds: [RawFd; 3]) -> Step {
     for (target, fd) in (0..).zip(fds) {
         if fd != target {
-            nix::unistd::dup2(fd, target).map_err(|e| format!("dup2 stdio fd {fd} to {target}: {e}"))?;
+            nix::unistd::dup2(fd, target)
+                .map_err(|e| InitError::value("dup2", format_args!("fd {fd} to {target}"), e))?;
         }
     }
     Ok(())
@@ -94,14 +124,17 @@ fn take_stdio(fds: [RawFd; 3]) -> Step {
 
 /// Steps 1-8 above. `dev_console`: init also binds the pty over
 /// /dev/console (an exec'd process must not replace the container's).
-pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> Result<Program, String> {
+pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> Result<Program, InitError> {
     if let Some(sock) = p.console {
-        crate::tty::setup_console(sock, p.console_size, p.ids.uid, p.ids.gid, dev_console)?;
+        let slave = crate::tty::setup_console(sock, p.console_size, p.ids.uid, p.ids.gid)?;
+        if dev_console {
+            crate::rootfs::bind_console(&slave)?;
+        }
     }
     crate::rlimits::apply(&p.rlimits)?;
     // chdir before dropping privileges (the directory may be closed to the
     // user), and check afterwards that it is inside the new root.
-    nix::unistd::chdir(&p.cwd).map_err(|e| format!("process.cwd: chdir {}: {e}", p.cwd.display()))?;
+    nix::unistd::chdir(&p.cwd).map_err(|e| InitError::path("chdir", &p.cwd, e).field("process.cwd"))?;
     crate::lsm::apply(p.apparmor.as_deref(), p.selinux.as_deref())?;
     if !p.no_new_privs {
         load_seccomp(p.seccomp.as_ref(), chan)?;
@@ -110,20 +143,21 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
     // A change of credentials sets dumpable to fs.suid_dumpable (1 on a
     // host in debug mode would let the container's uid open
     // /proc/<pid>/exe: CVE-2019-5736) and clears PDEATHSIG.
-    nix::sys::prctl::set_dumpable(false).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    nix::sys::prctl::set_dumpable(false).map_err(|e| InitError::value("prctl", "PR_SET_DUMPABLE 0", e))?;
+    die_with_parent(Some(Signal::SIGKILL))?;
     verify_cwd()?;
     if let Some(m) = p.umask {
         nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(m));
     }
     if p.no_new_privs {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("prctl(PR_SET_NO_NEW_PRIVS): {e}"))?;
+        nix::sys::prctl::set_no_new_privs()
+            .map_err(|e| InitError::value("prctl", "PR_SET_NO_NEW_PRIVS", e).field("process.noNewPrivileges"))?;
     }
     let env = with_home(&p.env, p.ids.uid);
     let exe = find_executable(&p.args[0], &env)?;
     refuse_runtime_binary(&exe)?;
     let env = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
-    sys::cloexec_from(3 + p.preserved_fds).map_err(|e| e.to_string())?;
+    sys::cloexec_from(3 + p.preserved_fds)?;
     if p.no_new_privs {
         load_seccomp(p.seccomp.as_ref(), chan)?;
     }
@@ -135,17 +169,19 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
 /// for the syscalls init still makes afterwards.
 fn load_seccomp(filter: Option<&crate::seccomp::Filter>, chan: &Channel) -> Step {
     let Some(filter) = filter else { return Ok(()) };
-    let Some(fd) = filter.load().map_err(|e| format!("linux.seccomp: {e}"))? else { return Ok(()) };
-    chan.send(&Msg::SeccompFd).map_err(|e| e.to_string())?;
-    chan.send_fd(std::os::fd::AsFd::as_fd(&fd)).map_err(|e| e.to_string())?;
+    let Some(fd) = filter.load().map_err(|e| InitError::from(e).field("linux.seccomp"))? else { return Ok(()) };
+    chan.send(&Msg::SeccompFd)?;
+    chan.send_fd(std::os::fd::AsFd::as_fd(&fd))?;
     drop(fd);
-    super::init::expect(chan, Msg::SeccompDone)
+    chan.expect(Msg::SeccompDone)
 }
 
 /// The last steps: the final file-descriptor limit (the runtime's own work
 /// needed some fds until now), default signal handling, execve. Returns
-/// only on failure, with what execve said.
-pub(crate) fn exec(p: &ProcessConfig, prog: &Program) -> String {
+/// only on failure, with what execve said (the program was found, so
+/// ENOENT or EACCES here is about what it needs: a script's interpreter,
+/// the ELF loader, a mount that forbids exec).
+pub(crate) fn exec(p: &ProcessConfig, prog: &Program) -> InitError {
     if let Err(e) = crate::rlimits::apply_final(&p.rlimits) {
         return e;
     }
@@ -153,5 +189,5 @@ pub(crate) fn exec(p: &ProcessConfig, prog: &Program) -> String {
     let envp: Vec<&CStr> = prog.env.iter().map(|a| a.as_c_str()).collect();
     sys::reset_signals();
     let errno = sys::execve(&prog.exe, &argv, &envp);
-    format!("exec {:?}: {errno}", prog.exe)
+    InitError::execve(std::ffi::OsStr::from_bytes(prog.exe.as_bytes()), errno)
 }

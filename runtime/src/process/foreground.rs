@@ -51,68 +51,102 @@ pub(crate) fn wait(child: Pid, console: Option<OwnedFd>) -> i32 {
         let _ = nix::fcntl::fcntl(m.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK));
         tty::copy_winsize(0, m.as_raw_fd());
     }
-    let mut stdin_open = console.is_some();
-    let mut master_open = console.is_some();
-    let mut buf = vec![0u8; 32 * 1024];
+    let mut relay = Relay {
+        child,
+        stdin_open: console.is_some(),
+        master_open: console.is_some(),
+        console,
+        sfd,
+        buf: vec![0u8; 32 * 1024],
+    };
     loop {
         if let Some(code) = reap(child) {
-            if let Some(m) = &console {
-                pump(m.as_raw_fd(), &mut buf);
+            if let Some(m) = &relay.console {
+                pump(m.as_raw_fd(), &mut relay.buf);
             }
             return code;
         }
+        relay.step();
+    }
+}
+
+/// What a foreground wait watches: signals for the child, and the pty
+/// master with our stdin when the child has a terminal.
+struct Relay {
+    child: Pid,
+    console: Option<OwnedFd>,
+    sfd: Option<SignalFd>,
+    stdin_open: bool,
+    master_open: bool,
+    buf: Vec<u8>,
+}
+
+impl Relay {
+    /// Waits for a signal, input or output, and handles what came.
+    fn step(&mut self) {
+        let stdin = std::io::stdin();
         let mut fds = Vec::with_capacity(3);
-        if let Some(s) = &sfd {
+        if let Some(s) = &self.sfd {
             fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
         }
-        let stdin = std::io::stdin();
-        if stdin_open {
+        if self.stdin_open {
             fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
         }
-        if let (true, Some(m)) = (master_open, &console) {
+        if let (true, Some(m)) = (self.master_open, &self.console) {
             fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
         }
         if poll(&mut fds, PollTimeout::NONE).is_err() {
-            continue;
+            return;
         }
         let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
         drop(fds);
         let mut i = 0;
-        if let Some(s) = &sfd {
+        if self.sfd.is_some() {
             if ready[i] {
-                while let Ok(Some(info)) = s.read_signal() {
-                    match Signal::try_from(info.ssi_signo as i32) {
-                        Ok(Signal::SIGCHLD) | Ok(Signal::SIGURG) => {}
-                        Ok(Signal::SIGWINCH) => {
-                            if let Some(m) = &console {
-                                tty::copy_winsize(0, m.as_raw_fd());
-                            }
-                        }
-                        Ok(sig) => {
-                            let _ = kill(child, sig);
-                        }
-                        Err(_) => {}
-                    }
-                }
+                self.on_signals();
             }
             i += 1;
         }
-        if stdin_open {
+        if self.stdin_open {
             if ready[i] {
-                if let Some(m) = &console {
-                    match nix::unistd::read(0, &mut buf) {
-                        Ok(0) | Err(_) => stdin_open = false,
-                        Ok(n) => {
-                            let _ = write_all(m.as_raw_fd(), &buf[..n]);
-                        }
-                    }
-                }
+                self.on_stdin();
             }
             i += 1;
         }
-        if master_open && ready.get(i).copied().unwrap_or(false) {
-            if let Some(m) = &console {
-                master_open = pump(m.as_raw_fd(), &mut buf);
+        if self.master_open && ready.get(i).copied().unwrap_or(false) {
+            if let Some(m) = &self.console {
+                self.master_open = pump(m.as_raw_fd(), &mut self.buf);
+            }
+        }
+    }
+
+    /// Forwards every pending signal to the child (a window change goes to
+    /// the pty instead).
+    fn on_signals(&self) {
+        let Some(s) = &self.sfd else { return };
+        while let Ok(Some(info)) = s.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGCHLD) | Ok(Signal::SIGURG) => {}
+                Ok(Signal::SIGWINCH) => {
+                    if let Some(m) = &self.console {
+                        tty::copy_winsize(0, m.as_raw_fd());
+                    }
+                }
+                Ok(sig) => {
+                    let _ = kill(self.child, sig);
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Copies what our stdin has to the pty master.
+    fn on_stdin(&mut self) {
+        let Some(m) = &self.console else { return };
+        match nix::unistd::read(0, &mut self.buf) {
+            Ok(0) | Err(_) => self.stdin_open = false,
+            Ok(n) => {
+                let _ = write_all(m.as_raw_fd(), &self.buf[..n]);
             }
         }
     }

@@ -12,7 +12,7 @@ use oci_spec::runtime::{LinuxIdMapping, LinuxNamespaceType, Spec};
 
 use super::init::{self, InitConfig};
 use super::sync::{self, Channel, Msg};
-use crate::error::{Result, RuntimeError, SysError};
+use crate::error::{InitError, Result, RuntimeError, SysError};
 use crate::namespaces;
 use crate::sys::{self, Forked};
 
@@ -31,7 +31,7 @@ impl Launched {
             Some(Msg::Detached) => Ok(()),
             None => Err(RuntimeError::Init(died(self.pid))),
             Some(Msg::Error(e)) => Err(RuntimeError::Init(e)),
-            Some(m) => Err(RuntimeError::Init(format!("unexpected message {m:?}"))),
+            Some(m) => Err(RuntimeError::Init(sync::unexpected(&m, Some(&Msg::Detached)))),
         }
     }
 
@@ -62,13 +62,12 @@ pub(crate) trait Host {
 /// Clones init and drives it to Ready.
 pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> {
     let (ours, theirs) = sync::pair()?;
-    let plan = cfg.plan;
     let cgroup = host.cgroup_fd()?;
     // CVE-2019-5736: init runs the runtime's binary inside the container
     // until its execve; it is born non-dumpable, so no process there ever
     // sees it dumpable (/proc/<pid>/exe, /proc/<pid>/mem) even for a moment.
     sys::set_non_dumpable()?;
-    let forked = clone_init(cfg.spec, plan, cgroup.as_ref().map(std::os::fd::AsRawFd::as_raw_fd))?;
+    let forked = clone_init(cfg.spec, cfg.plan, cgroup.as_ref().map(std::os::fd::AsRawFd::as_raw_fd))?;
     let child = match forked {
         Forked::Child => {
             drop(ours);
@@ -78,57 +77,7 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
     };
     drop(theirs);
     let mut init_pid = child;
-    let result = (|| -> Result<()> {
-        if plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER) {
-            write_id_maps(child, cfg.spec)?;
-        }
-        // The one place init joins its cgroup: before it runs any program
-        // of the user's. On v1 the write to cgroup.procs can wait for an RCU
-        // grace period; init meanwhile builds its mounts, and waits for
-        // Joined only before its cgroup namespace. When init must fork once
-        // more, the fork has to inherit the cgroup: join first.
-        if plan.needs_second_fork {
-            host.join_cgroup(child)?;
-            ours.send(&Msg::Go)?;
-        } else {
-            ours.send(&Msg::Go)?;
-            host.join_cgroup(child)?;
-        }
-        // Joined must not overtake the reply init waits for first.
-        if !plan.child_unshares_user {
-            ours.send(&Msg::Joined)?;
-        }
-        loop {
-            match ours.recv()? {
-                Some(Msg::MapsPlease) => {
-                    write_id_maps(child, cfg.spec)?;
-                    ours.send(&Msg::MapsDone)?;
-                    ours.send(&Msg::Joined)?;
-                }
-                Some(Msg::Pid(p)) => {
-                    // The intermediate is done once it has told us.
-                    let _ = waitpid(child, None);
-                    init_pid = Pid::from_raw(p);
-                }
-                Some(Msg::HooksPlease) => {
-                    if let Err(e) = host.runtime_hooks(init_pid) {
-                        let _ = ours.send(&Msg::Error(e.to_string()));
-                        return Err(e);
-                    }
-                    ours.send(&Msg::HooksDone(init_pid.as_raw()))?;
-                }
-                Some(Msg::SeccompFd) => {
-                    let fd = ours.recv_fd()?;
-                    seccomp_agent(cfg, init_pid, &fd)?;
-                    ours.send(&Msg::SeccompDone)?;
-                }
-                Some(Msg::Ready) => return Ok(()),
-                Some(Msg::Error(e)) => return Err(RuntimeError::Init(e)),
-                Some(m) => return Err(RuntimeError::Init(format!("unexpected message {m:?}"))),
-                None => return Err(RuntimeError::Init(died(init_pid))),
-            }
-        }
-    })();
+    let result = release(cfg, child, &ours, host).and_then(|()| serve(cfg, child, &mut init_pid, &ours, host));
     match result {
         Ok(()) => Ok(Launched { pid: init_pid, chan: ours }),
         Err(e) => {
@@ -141,23 +90,86 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
     }
 }
 
+/// Writes init's id maps, puts it in its cgroup, and lets it go on.
+fn release(cfg: &InitConfig, child: Pid, ours: &Channel, host: &mut dyn Host) -> Result<()> {
+    let plan = cfg.plan;
+    if plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER) {
+        write_id_maps(child, cfg.spec)?;
+    }
+    // The one place init joins its cgroup: before it runs any program
+    // of the user's. On v1 the write to cgroup.procs can wait for an RCU
+    // grace period; init meanwhile builds its mounts, and waits for
+    // Joined only before its cgroup namespace. When init must fork once
+    // more, the fork has to inherit the cgroup: join first.
+    if plan.needs_second_fork {
+        host.join_cgroup(child)?;
+        ours.send(&Msg::Go)?;
+    } else {
+        ours.send(&Msg::Go)?;
+        host.join_cgroup(child)?;
+    }
+    // Joined must not overtake the reply init waits for first.
+    if !plan.child_unshares_user {
+        ours.send(&Msg::Joined)?;
+    }
+    Ok(())
+}
+
+/// Answers init's requests until it is Ready; `init_pid` follows the real
+/// init when an intermediate forked it.
+fn serve(cfg: &InitConfig, child: Pid, init_pid: &mut Pid, ours: &Channel, host: &mut dyn Host) -> Result<()> {
+    loop {
+        match ours.recv()? {
+            Some(Msg::MapsPlease) => {
+                write_id_maps(child, cfg.spec)?;
+                ours.send(&Msg::MapsDone)?;
+                ours.send(&Msg::Joined)?;
+            }
+            Some(Msg::Pid(p)) => {
+                // The intermediate is done once it has told us.
+                let _ = waitpid(child, None);
+                *init_pid = Pid::from_raw(p);
+            }
+            Some(Msg::HooksPlease) => {
+                if let Err(e) = host.runtime_hooks(*init_pid) {
+                    let _ = ours.send(&Msg::Error(InitError::msg(e.to_string())));
+                    return Err(e);
+                }
+                ours.send(&Msg::HooksDone(init_pid.as_raw()))?;
+            }
+            Some(Msg::SeccompFd) => {
+                let fd = ours.recv_fd()?;
+                seccomp_agent(cfg, *init_pid, &fd)?;
+                ours.send(&Msg::SeccompDone)?;
+            }
+            Some(Msg::Ready) => return Ok(()),
+            Some(Msg::Error(e)) => return Err(RuntimeError::Init(e)),
+            Some(m) => return Err(RuntimeError::Init(sync::unexpected(&m, None))),
+            None => return Err(RuntimeError::Init(died(*init_pid))),
+        }
+    }
+}
+
 /// Hands init's seccomp notification fd to the agent at `listenerPath`,
 /// with the state of the container being created.
 fn seccomp_agent(cfg: &InitConfig, pid: Pid, fd: &std::os::fd::OwnedFd) -> Result<()> {
     let Some(listener) = cfg.process.seccomp.as_ref().and_then(|f| f.listener()) else {
-        return Err(RuntimeError::Init("sent a seccomp fd, but no listenerPath is configured".into()));
+        let why = "init sent a notification fd, but no listenerPath is configured";
+        return Err(RuntimeError::Init(InitError::other("seccomp", why).field("linux.seccomp")));
     };
-    let state = init::state_json(cfg, pid.as_raw(), "creating");
+    let state = init::hook_state(cfg, pid.as_raw(), "creating");
     let payload = crate::seccomp::notify::process_state(listener, pid.as_raw(), &state)?;
     crate::seccomp::notify::send(listener, std::os::fd::AsFd::as_fd(fd), &payload)
 }
 
-fn died(pid: Pid) -> String {
-    match waitpid(pid, None) {
+/// Why init ended during set-up without a word.
+fn died(pid: Pid) -> InitError {
+    let why = match waitpid(pid, None) {
         Ok(nix::sys::wait::WaitStatus::Exited(_, c)) => format!("init exited with status {c} during set-up"),
         Ok(nix::sys::wait::WaitStatus::Signaled(_, s, _)) => format!("init was killed by {s} during set-up"),
         _ => "init exited during set-up".into(),
-    }
+    };
+    InitError::msg(why)
 }
 
 /// clone3 with the planned flags; the pid or time namespace joined (or, for

@@ -30,11 +30,13 @@
 //!                                   ◀────── Detached
 //!  returns                                  accept() on start.sock ... execve
 //!
-//!  at any point:                    ◀────── Error{msg}   then init exits
+//!  at any point:                    ◀────── Error(InitError)   then init exits
 //! ```
 //!
 //! Messages are JSON, one per `SOCK_SEQPACKET` datagram, so framing is the
-//! kernel's job. Both ends are close-on-exec.
+//! kernel's job. Both ends are close-on-exec. An error crosses as data
+//! ([`InitError`]: operation, object, errno), so the runtime re-raises it
+//! typed.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -45,7 +47,7 @@ use nix::sys::socket::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::SysError;
+use crate::error::{InitError, SysError};
 
 #[derive(Debug, Serialize, Deserialize, PartialEq)]
 pub(crate) enum Msg {
@@ -74,7 +76,7 @@ pub(crate) enum Msg {
     /// Init → runtime: PDEATHSIG is off; the runtime may exit.
     Detached,
     /// Either way: what failed. The sender gives up after sending it.
-    Error(String),
+    Error(InitError),
     /// Init → runtime: the seccomp notification fd follows, alone in the
     /// next datagram (read it with [`Channel::recv_fd`]).
     SeccompFd,
@@ -179,6 +181,29 @@ impl Channel {
     }
 }
 
+impl Channel {
+    /// Child side: waits for `want` from the runtime. A runtime that is
+    /// gone (killed, or it gave up) leaves nobody to report to: the child
+    /// exits.
+    pub(crate) fn expect(&self, want: Msg) -> Result<(), InitError> {
+        match self.recv()? {
+            Some(m) if m == want => Ok(()),
+            None => crate::sys::exit_child(1),
+            Some(Msg::Error(e)) => Err(e),
+            Some(other) => Err(unexpected(&other, Some(&want))),
+        }
+    }
+}
+
+/// A message that has no place at this point of the conversation.
+pub(crate) fn unexpected(got: &Msg, wanted: Option<&Msg>) -> InitError {
+    let why = match wanted {
+        Some(w) => format!("got {got:?}, wanted {w:?}"),
+        None => format!("got {got:?}"),
+    };
+    InitError::other("sync with the runtime", why)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,9 +212,14 @@ mod tests {
     fn messages_cross_and_eof_is_none() {
         let (a, b) = pair().unwrap();
         a.send(&Msg::Pid(7)).unwrap();
-        a.send(&Msg::Error("boom: EPERM".into())).unwrap();
+        let err = InitError::path("chdir", "/data", nix::errno::Errno::EACCES).field("process.cwd");
+        a.send(&Msg::Error(err.clone())).unwrap();
         assert_eq!(b.recv().unwrap(), Some(Msg::Pid(7)));
-        assert_eq!(b.recv().unwrap(), Some(Msg::Error("boom: EPERM".into())));
+        // The error arrives as data: the errno is still there.
+        let Some(Msg::Error(got)) = b.recv().unwrap() else { panic!("not an error") };
+        assert_eq!(got, err);
+        assert_eq!(got.errno(), Some(nix::errno::Errno::EACCES));
+        assert_eq!(got.to_string(), "process.cwd: chdir /data: EACCES: Permission denied");
         drop(a);
         assert_eq!(b.recv().unwrap(), None);
     }
@@ -208,5 +238,56 @@ mod tests {
         let mut buf = [0u8; 2];
         nix::unistd::read(r.as_raw_fd(), &mut buf).unwrap();
         assert_eq!(&buf, b"ok");
+    }
+
+    /// A pid above the kernel's pid_max (at most 2^22): it never exists.
+    const NO_PID: i32 = 0x7fff_fff0;
+
+    /// The SCMP_ACT_NOTIFY handover init makes: the fd crosses the channel
+    /// and the runtime's agent answers for the child.
+    #[test]
+    fn notify_fd_crosses_the_sync_channel_and_answers_for_the_child() {
+        use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
+        let f = crate::seccomp::Filter::compile(
+            &serde_json::from_value(serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/unused",
+            "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_NOTIFY"}]}))
+            .unwrap(),
+        )
+        .unwrap();
+        let (ours, theirs) = pair().unwrap();
+        match crate::sys::seccomp::fork_for_test().unwrap() {
+            crate::sys::Forked::Child => {
+                drop(ours);
+                if nix::sys::prctl::set_no_new_privs().is_err() {
+                    crate::sys::exit_child(100);
+                }
+                let Ok(Some(fd)) = f.load() else { crate::sys::exit_child(101) };
+                if theirs.send(&Msg::SeccompFd).is_err() || theirs.send_fd(std::os::fd::AsFd::as_fd(&fd)).is_err() {
+                    crate::sys::exit_child(102);
+                }
+                drop(fd);
+                // The agent (the parent) answers EXDEV.
+                crate::sys::exit_child(
+                    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(NO_PID), None) == Err(nix::errno::Errno::EXDEV)
+                    {
+                        0
+                    } else {
+                        103
+                    },
+                )
+            }
+            crate::sys::Forked::Parent(pid) => {
+                drop(theirs);
+                assert_eq!(ours.recv().unwrap(), Some(Msg::SeccompFd));
+                let fd = ours.recv_fd().unwrap();
+                let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+                let req = ScmpNotifReq::receive(raw).unwrap();
+                assert_eq!(i64::from(req.pid), i64::from(pid.as_raw()));
+                assert_eq!(u64::try_from(NO_PID).ok(), Some(req.data.args[0]));
+                ScmpNotifResp::new_error(req.id, -libc::EXDEV, ScmpNotifRespFlags::empty()).respond(raw).unwrap();
+                let st = nix::sys::wait::waitpid(pid, None).unwrap();
+                assert_eq!(st, nix::sys::wait::WaitStatus::Exited(pid, 0));
+            }
+        }
     }
 }

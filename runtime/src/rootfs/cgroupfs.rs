@@ -13,6 +13,7 @@ use nix::mount::MsFlags;
 
 use super::{Options, Result};
 use crate::cgroups::Mount as Hierarchy;
+use crate::error::InitError;
 use crate::sys::fs::{fd_path, read_proc, Root};
 use crate::sys::mount::{mount as sys_mount, MountOptions};
 
@@ -22,17 +23,15 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
     let unified = nix::sys::statfs::statfs("/sys/fs/cgroup")
         .map(|s| s.filesystem_type().0 == CGROUP2_SUPER_MAGIC)
         .unwrap_or(false);
-    let target = root.mkdir_all(dest, 0o755).map_err(|e| e.to_string())?;
-    let shown = root.describe(dest);
+    let target = root.mkdir_all(dest, 0o755)?;
+    let shown = dest.to_string_lossy();
     let flags = opts.flags & !(MsFlags::MS_BIND | MsFlags::MS_REC);
     if unified {
         return sys_mount(Some("cgroup2"), &fd_path(&target), Some("cgroup2"), flags, None, &shown)
-            .or_else(|_| bind_host(root, dest, "/sys/fs/cgroup", "", flags))
-            .map_err(|e| e.to_string());
+            .or_else(|_| bind_host(root, dest, "/sys/fs/cgroup", "", flags));
     }
     let base = flags & (MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC);
-    sys_mount(Some("tmpfs"), &fd_path(&target), Some("tmpfs"), base, Some("mode=755"), &shown)
-        .map_err(|e| e.to_string())?;
+    sys_mount(Some("tmpfs"), &fd_path(&target), Some("tmpfs"), base, Some("mode=755"), &shown)?;
     // The runtime's view of the host's hierarchies, taken before the clone;
     // this mount namespace started as a copy of that one.
     for h in o.cgroup_hierarchies {
@@ -41,14 +40,16 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
             continue;
         }
         let sub = dest.join(&name);
-        let fd = root.mkdir_all(&sub, 0o755).map_err(|e| e.to_string())?;
+        let fd = root.mkdir_all(&sub, 0o755)?;
         let (fstype, data) = if h.v2 { ("cgroup2", None) } else { ("cgroup", Some(h.options.as_str())) };
         let fresh = o.cgroup_ns
-            && sys_mount(Some("cgroup"), &fd_path(&fd), Some(fstype), flags, data, &root.describe(&sub)).is_ok();
+            && sys_mount(Some("cgroup"), &fd_path(&fd), Some(fstype), flags, data, &sub.to_string_lossy()).is_ok();
         if !fresh {
             let own = own_cgroup(h)?;
-            let host_mount = h.dir.to_str().ok_or("a cgroup mount point is not UTF-8")?;
-            bind_host(root, &sub, host_mount, &own, flags).map_err(|e| e.to_string())?;
+            let host_mount = h.dir.to_str().ok_or_else(|| {
+                InitError::other(format!("bind {}", h.dir.display()), "the cgroup mount point is not UTF-8")
+            })?;
+            bind_host(root, &sub, host_mount, &own, flags)?;
         }
         // cpu,cpuacct is also reachable as cpu and cpuacct.
         if name.contains(',') {
@@ -62,7 +63,7 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
         }
     }
     if flags.contains(MsFlags::MS_RDONLY) {
-        let fresh = root.open_in(dest, nix::fcntl::OFlag::O_PATH).map_err(|e| e.to_string())?;
+        let fresh = root.open_in(dest, nix::fcntl::OFlag::O_PATH)?;
         sys_mount(
             None,
             &fd_path(&fresh),
@@ -70,45 +71,32 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
             MsFlags::MS_REMOUNT | base | MsFlags::MS_RDONLY,
             Some("mode=755"),
             &shown,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
     }
     Ok(())
 }
 
 fn reopen(root: &Root, dest: &Path) -> Result<std::os::fd::OwnedFd> {
-    let fd =
-        root.open_in(dest, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY).map_err(|e| e.to_string())?;
-    crate::sys::fs::reopen_dir(&fd).map_err(|e| e.to_string())
+    let fd = root.open_in(dest, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY)?;
+    crate::sys::fs::reopen_dir(&fd).map_err(|e| InitError::path("open", dest, e))
 }
 
-fn bind_host(
-    root: &Root,
-    dest: &Path,
-    host_mount: &str,
-    sub: &str,
-    flags: MsFlags,
-) -> std::result::Result<(), crate::error::SysError> {
+fn bind_host(root: &Root, dest: &Path, host_mount: &str, sub: &str, flags: MsFlags) -> Result<()> {
     let src = format!("{host_mount}{sub}");
     let fd = root.mkdir_all(dest, 0o755)?;
-    sys_mount(Some(&src), &fd_path(&fd), None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &root.describe(dest))?;
+    let shown = dest.to_string_lossy();
+    sys_mount(Some(&src), &fd_path(&fd), None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &shown)?;
     if flags.contains(MsFlags::MS_RDONLY) {
         let fresh = root.open_in(dest, nix::fcntl::OFlag::O_PATH)?;
-        sys_mount(
-            None,
-            &fd_path(&fresh),
-            None,
-            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
-            None,
-            &root.describe(dest),
-        )?;
+        sys_mount(None, &fd_path(&fresh), None, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags, None, &shown)?;
     }
     Ok(())
 }
 
 /// This process's cgroup in hierarchy `h`, from /proc/self/cgroup.
 fn own_cgroup(h: &Hierarchy) -> Result<String> {
-    let cg = read_proc("/proc/self/cgroup").map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
+    let cg = read_proc("/proc/self/cgroup")
+        .map_err(|e| InitError::path("read", "/proc/self/cgroup", crate::sys::io_errno(&e)))?;
     for line in cg.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, ctrls, path) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or("/"));

@@ -13,6 +13,7 @@ use oci_spec::runtime::LinuxDeviceType;
 
 use super::{Options, Result};
 use crate::devices::DEFAULT_DEVICES as DEFAULTS;
+use crate::error::InitError;
 use crate::sys::fs::{fd_path, reopen_dir, Root};
 use crate::sys::mount::mount;
 
@@ -52,15 +53,13 @@ pub(super) fn populate(root: &Root, o: &Options) -> Result<()> {
             LinuxDeviceType::C | LinuxDeviceType::U => SFlag::S_IFCHR,
             LinuxDeviceType::B => SFlag::S_IFBLK,
             LinuxDeviceType::P => SFlag::S_IFIFO,
-            LinuxDeviceType::A => {
-                return Err(format!("linux.devices {}: type \"a\" is not a device", d.path().display()))
-            }
+            LinuxDeviceType::A => return Err(bad_device(d.path(), "type \"a\" is not a device".into())),
         };
-        let path = d.path().to_str().ok_or("linux.devices: path is not UTF-8")?.to_string();
+        let path = d.path().to_str().ok_or_else(|| bad_device(d.path(), "the path is not UTF-8".into()))?.to_string();
         let major =
-            u64::try_from(d.major()).map_err(|_| format!("linux.devices {path}: major {} is negative", d.major()))?;
+            u64::try_from(d.major()).map_err(|_| bad_device(d.path(), format!("major {} is negative", d.major())))?;
         let minor =
-            u64::try_from(d.minor()).map_err(|_| format!("linux.devices {path}: minor {} is negative", d.minor()))?;
+            u64::try_from(d.minor()).map_err(|_| bad_device(d.path(), format!("minor {} is negative", d.minor())))?;
         nodes.retain(|n| n.path != path);
         nodes.push(Node {
             path,
@@ -73,17 +72,21 @@ pub(super) fn populate(root: &Root, o: &Options) -> Result<()> {
         });
     }
     for n in &nodes {
-        make_node(root, n, o.in_user_ns).map_err(|e| format!("device {}: {e}", n.path))?;
+        make_node(root, n, o.in_user_ns)?;
     }
-    let dev = root.mkdir_all(Path::new("/dev"), 0o755).map_err(|e| e.to_string())?;
-    let dev = reopen_dir(&dev).map_err(|e| format!("open /dev: {e}"))?;
+    let dev = root.mkdir_all(Path::new("/dev"), 0o755)?;
+    let dev = reopen_dir(&dev).map_err(|e| InitError::path("open", "/dev", e))?;
     for (name, target) in LINKS {
         match nix::unistd::symlinkat(target, Some(dev.as_raw_fd()), name) {
             Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(format!("symlink /dev/{name}: {e}")),
+            Err(e) => return Err(InitError::path("symlink", format!("/dev/{name}"), e)),
         }
     }
     Ok(())
+}
+
+fn bad_device(path: &Path, why: String) -> InitError {
+    InitError::other(format!("device {}", path.display()), why).field("linux.devices")
 }
 
 fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
@@ -92,16 +95,16 @@ fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
     // its place must not be kept, or followed to the host.
     super::replace_symlink(root, path)?;
     let parent = path.parent().unwrap_or(Path::new("/"));
-    let name = path.file_name().ok_or("no file name")?;
+    let name = path.file_name().ok_or_else(|| bad_device(path, "the path has no file name".into()))?;
     if in_user_ns && n.kind != SFlag::S_IFIFO {
         // mknod of a device is refused in a user namespace: bind the
         // host's node over an empty file instead.
-        let target = root.ensure(path, true).map_err(|e| e.to_string())?;
-        return mount(Some(&n.path), &fd_path(&target), None, MsFlags::MS_BIND, None, &root.describe(path))
-            .map_err(|e| e.to_string());
+        let target = root.ensure(path, true)?;
+        return mount(Some(&n.path), &fd_path(&target), None, MsFlags::MS_BIND, None, &n.path);
     }
-    let dir = root.mkdir_all(parent, 0o755).map_err(|e| e.to_string())?;
-    let dir = reopen_dir(&dir).map_err(|e| e.to_string())?;
+    let dir = root.mkdir_all(parent, 0o755)?;
+    let dir = reopen_dir(&dir).map_err(|e| InitError::path("open", parent, e))?;
+    let node = |op: &str, e: Errno| InitError::path(op.to_string(), path, e);
     let mode = Mode::from_bits_truncate(n.mode & 0o7777);
     let dev = makedev(n.major, n.minor);
     match mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, dev) {
@@ -110,15 +113,15 @@ fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
             // The image has something there (a /dev that isn't a tmpfs):
             // keep it only if it is this very device.
             let st = nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
-                .map_err(|e| format!("stat: {e}"))?;
+                .map_err(|e| node("stat", e))?;
             if st.st_mode & libc::S_IFMT == n.kind.bits() && st.st_rdev == dev {
                 return Ok(());
             }
             nix::unistd::unlinkat(Some(dir.as_raw_fd()), name, nix::unistd::UnlinkatFlags::NoRemoveDir)
-                .map_err(|e| format!("replace existing entry: {e}"))?;
-            mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, dev).map_err(|e| format!("mknod: {e}"))?;
+                .map_err(|e| node("remove the existing entry at", e))?;
+            mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, dev).map_err(|e| node("mknod", e))?;
         }
-        Err(e) => return Err(format!("mknod: {e}")),
+        Err(e) => return Err(node("mknod", e)),
     }
     // Init runs with umask 0, so the mode above is taken literally.
     fchownat(
@@ -128,5 +131,5 @@ fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
         Some(Gid::from_raw(n.gid)),
         AtFlags::AT_SYMLINK_NOFOLLOW,
     )
-    .map_err(|e| format!("chown: {e}"))
+    .map_err(|e| node("chown", e))
 }

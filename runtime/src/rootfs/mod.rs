@@ -19,11 +19,12 @@ use std::path::Path;
 use nix::mount::{MntFlags, MsFlags};
 use oci_spec::runtime::Spec;
 
+use crate::error::InitError;
 use crate::sys::fs::Root;
 use crate::sys::mount::{mount, propagation_flag};
 
-/// Init-side failure: a message that names what failed.
-pub(crate) type Result<T> = std::result::Result<T, String>;
+/// Init-side failure, naming the step, its object and the errno.
+pub(crate) type Result<T> = std::result::Result<T, InitError>;
 
 /// Options that shape the rootfs, decided by the runtime before cloning.
 pub(crate) struct Options<'a> {
@@ -55,13 +56,14 @@ pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) ->
         Some(_) | None => MsFlags::MS_SLAVE | MsFlags::MS_REC,
     };
     if prop.is_some() && prop.and_then(propagation_flag).is_none() {
-        return Err(format!("linux.rootfsPropagation: unknown value {:?}", prop.unwrap_or_default()));
+        let why = format!("unknown value {:?}", prop.unwrap_or_default());
+        return Err(InitError::other("set propagation", why).field("linux.rootfsPropagation"));
     }
-    mount(None, "/", None, first, None, "/").map_err(|e| e.to_string())?;
-    let rootfs = o.rootfs.to_str().ok_or("rootfs path is not UTF-8")?;
+    mount(None, "/", None, first, None, "/")?;
+    let rootfs = o.rootfs.to_str().ok_or_else(|| InitError::other("bind rootfs", "the path is not UTF-8"))?;
     // pivot_root needs the new root to be a mount point.
-    mount(Some(rootfs), rootfs, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, rootfs).map_err(|e| e.to_string())?;
-    let root = Root::open(o.rootfs).map_err(|e| e.to_string())?;
+    mount(Some(rootfs), rootfs, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, rootfs)?;
+    let root = Root::open(o.rootfs)?;
 
     let mut dev_is_bind = false;
     for m in o.spec.mounts().as_deref().unwrap_or(&[]) {
@@ -85,14 +87,16 @@ pub(crate) fn apply_sysctl(root: &Root, spec: &Spec) -> Result<()> {
     let Some(sysctl) = spec.linux().as_ref().and_then(|l| l.sysctl().as_ref()) else { return Ok(()) };
     for (k, v) in sysctl {
         let path = Path::new("/proc/sys").join(k.replace('.', "/"));
-        let fd = root.open_in(&path, nix::fcntl::OFlag::O_WRONLY).map_err(|e| format!("linux.sysctl {k}: {e}"))?;
+        let field = format!("linux.sysctl {k}");
+        let fd = root.open_in(&path, nix::fcntl::OFlag::O_WRONLY).map_err(|e| InitError::from(e).field(&field))?;
         // A mount over /proc/sys (a config's, or the image's) must not take
         // the write somewhere else and let the setting silently not apply.
-        let fs = nix::sys::statfs::fstatfs(&fd).map_err(|e| format!("linux.sysctl {k}: fstatfs: {e}"))?;
+        let fs = nix::sys::statfs::fstatfs(&fd).map_err(|e| InitError::path("fstatfs", &path, e).field(&field))?;
         if fs.filesystem_type() != nix::sys::statfs::PROC_SUPER_MAGIC {
-            return Err(format!("linux.sysctl {k}: {} is not on procfs", root.describe(&path)));
+            return Err(InitError::other(format!("write {}", path.display()), "it is not on procfs").field(&field));
         }
-        nix::unistd::write(&fd, v.as_bytes()).map_err(|e| format!("linux.sysctl {k}={v}: write: {e}"))?;
+        nix::unistd::write(&fd, v.as_bytes())
+            .map_err(|e| InitError::value("write", format_args!("{v:?} to {}", path.display()), e).field(&field))?;
     }
     Ok(())
 }
@@ -112,43 +116,46 @@ pub(crate) fn protect_paths(root: &Root, spec: &Spec) -> Result<()> {
 /// Makes the rootfs `/`: `pivot_root` and a lazy unmount of the old root,
 /// or, with `no_pivot`, MS_MOVE + chroot (for roots on a ramfs).
 pub(crate) fn enter(root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
-    let dir = crate::sys::fs::reopen_dir(&root_fd(&root)?).map_err(|e| format!("open rootfs: {e}"))?;
-    nix::unistd::fchdir(dir.as_raw_fd()).map_err(|e| format!("chdir to rootfs: {e}"))?;
+    let rootfs = root.describe(Path::new("/"));
+    let dir = crate::sys::fs::reopen_dir(&root_fd(&root)?).map_err(|e| InitError::path("open", &rootfs, e))?;
+    nix::unistd::fchdir(dir.as_raw_fd()).map_err(|e| InitError::path("chdir", &rootfs, e))?;
     if no_pivot {
-        mount(Some("."), "/", None, MsFlags::MS_MOVE, None, "/").map_err(|e| e.to_string())?;
-        nix::unistd::chroot(".").map_err(|e| format!("chroot: {e}"))?;
+        mount(Some("."), "/", None, MsFlags::MS_MOVE, None, "/")?;
+        nix::unistd::chroot(".").map_err(|e| InitError::path("chroot", &rootfs, e))?;
     } else {
         // pivot_root(".", ".") stacks the old root on top of the new one;
         // unmounting "." then removes just the old root.
-        nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;
-        mount(None, ".", None, MsFlags::MS_SLAVE | MsFlags::MS_REC, None, "old root").map_err(|e| e.to_string())?;
-        nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(|e| format!("unmount old root: {e}"))?;
+        nix::unistd::pivot_root(".", ".").map_err(|e| InitError::path("pivot_root", &rootfs, e))?;
+        mount(None, ".", None, MsFlags::MS_SLAVE | MsFlags::MS_REC, None, "old root")?;
+        nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(|e| InitError::value("unmount", "old root", e))?;
     }
-    nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))?;
+    nix::unistd::chdir("/").map_err(|e| InitError::path("chdir", "/", e))?;
 
     let linux = spec.linux().as_ref();
     if let Some(f) = linux.and_then(|l| l.rootfs_propagation().as_deref()).and_then(propagation_flag) {
         if f.intersects(MsFlags::MS_SHARED | MsFlags::MS_UNBINDABLE) {
-            mount(None, "/", None, f | MsFlags::MS_REC, None, "/").map_err(|e| e.to_string())?;
+            mount(None, "/", None, f | MsFlags::MS_REC, None, "/").map_err(|e| e.field("linux.rootfsPropagation"))?;
         }
     }
     if spec.root().as_ref().and_then(|r| r.readonly()).unwrap_or(false) {
-        let root_fd =
-            crate::sys::fs::open_path(Path::new("/"), nix::fcntl::OFlag::O_PATH).map_err(|e| e.to_string())?;
+        let root_fd = crate::sys::fs::open_path(Path::new("/"), nix::fcntl::OFlag::O_PATH)?;
         let locked = crate::sys::mount::locked_flags(&root_fd);
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
-        mount(None, "/", None, flags, None, "/").map_err(|e| format!("make root read-only: {e}"))?;
+        mount(None, "/", None, flags, None, "/").map_err(|e| e.field("root.readonly"))?;
         // Fail closed: a root that is still writable must not run anything.
-        let st = nix::sys::statvfs::statvfs("/").map_err(|e| format!("statvfs /: {e}"))?;
+        let st = nix::sys::statvfs::statvfs("/").map_err(|e| InitError::path("statvfs", "/", e))?;
         if !st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
-            return Err("root.readonly: the root is still writable after the read-only remount".into());
+            let why = "the root is still writable after the read-only remount";
+            return Err(InitError::other("remount / read-only", why).field("root.readonly"));
         }
     }
     Ok(())
 }
 
 fn root_fd(root: &Root) -> Result<std::os::fd::OwnedFd> {
-    root.fd().try_clone_to_owned().map_err(|e| format!("dup rootfs fd: {e}"))
+    root.fd()
+        .try_clone_to_owned()
+        .map_err(|e| InitError::path("dup fd of", root.describe(Path::new("/")), crate::sys::io_errno(&e)))
 }
 
 /// Removes `path` if the image has a symlink there, so that what the runtime
@@ -159,14 +166,29 @@ pub(crate) fn replace_symlink(root: &Root, path: &Path) -> Result<()> {
     let dir = match root.open_in(parent, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY) {
         Ok(d) => d,
         Err(e) if e.errno == nix::errno::Errno::ENOENT => return Ok(()),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
-    let dir = crate::sys::fs::reopen_dir(&dir).map_err(|e| format!("open {}: {e}", parent.display()))?;
+    let dir = crate::sys::fs::reopen_dir(&dir).map_err(|e| InitError::path("open", parent, e))?;
     match nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
             nix::unistd::unlinkat(Some(dir.as_raw_fd()), name, nix::unistd::UnlinkatFlags::NoRemoveDir)
-                .map_err(|e| format!("remove symlink {}: {e}", path.display()))
+                .map_err(|e| InitError::path("remove symlink", path, e))
         }
         _ => Ok(()),
     }
+}
+
+/// Binds the pty `slave` over `/dev/console`. Runs in init after
+/// pivot_root, so `/` is the container's root.
+pub(crate) fn bind_console(slave: &std::os::fd::OwnedFd) -> Result<()> {
+    let console = Path::new("/dev/console");
+    // An empty file to bind the slave over, made through the root so a
+    // symlink planted at /dev/console can't redirect it.
+    let root = Root::open(Path::new("/"))?;
+    // A symlink in the image at /dev/console must not choose what the
+    // pty is mounted over (CVE-2025-52565): replace it with a file.
+    replace_symlink(&root, console)?;
+    let target = root.ensure(console, true)?;
+    let (target, source) = (crate::sys::fs::fd_path(&target), crate::sys::fs::fd_path(slave));
+    mount(Some(&source), &target, None, MsFlags::MS_BIND, None, "/dev/console")
 }

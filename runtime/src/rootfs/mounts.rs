@@ -8,6 +8,7 @@ use nix::mount::MsFlags;
 use oci_spec::runtime::Mount;
 
 use super::{Options, Result};
+use crate::error::InitError;
 use crate::sys::fs::{fd_path, Root};
 use crate::sys::mount::{locked_flags, mount, parse_options, MountOptions};
 
@@ -16,28 +17,33 @@ pub(super) fn is_bind(m: &Mount) -> bool {
         || m.options().as_deref().unwrap_or(&[]).iter().any(|o| o == "bind" || o == "rbind")
 }
 
-/// Mounts `m` at its destination resolved inside `root`.
+/// Mounts `m` at its destination resolved inside `root`; a failure names
+/// the entry (`mounts /dev/pts: ...`).
 pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
+    mount_entry(root, m, o).map_err(|e| e.field(format!("mounts {}", m.destination().display())))
+}
+
+fn mount_entry(root: &Root, m: &Mount, o: &Options) -> Result<()> {
     let dest = m.destination();
-    let what = |e: &dyn std::fmt::Display| format!("mount {}: {e}", dest.display());
-    let opts = parse_options(m.options().as_deref().unwrap_or(&[])).map_err(|e| what(&e))?;
+    let shown = dest.to_string_lossy();
+    let opts = parse_options(m.options().as_deref().unwrap_or(&[]))?;
     let typ = m.typ().as_deref().unwrap_or("");
     if typ == "cgroup" || typ == "cgroup2" {
-        return super::cgroupfs::mount_cgroup(root, dest, &opts, o).map_err(|e| what(&e));
+        return super::cgroupfs::mount_cgroup(root, dest, &opts, o);
     }
     if opts.is_bind() || typ == "bind" {
-        return bind(root, m, &opts, o).map_err(|e| what(&e));
+        return bind(root, m, &opts, o);
     }
     if typ == "proc" || typ == "sysfs" {
-        ordinary_directory(root, dest, typ).map_err(|e| what(&e))?;
+        ordinary_directory(root, dest, typ)?;
     }
-    let target = root.mkdir_all(dest, 0o755).map_err(|e| what(&e))?;
+    let target = root.mkdir_all(dest, 0o755)?;
     if opts.copy_up && typ != "tmpfs" {
-        return Err(what(&"tmpcopyup applies only to tmpfs mounts"));
+        return Err(InitError::other("mount", "tmpcopyup applies only to tmpfs mounts"));
     }
     // What the directory held, kept open to copy into the new tmpfs.
     let below = if opts.copy_up {
-        Some(crate::sys::fs::reopen_dir(&target).map_err(|e| what(&format!("open: {e}")))?)
+        Some(crate::sys::fs::reopen_dir(&target).map_err(|e| InitError::path("open", dest, e))?)
     } else {
         None
     };
@@ -48,25 +54,25 @@ pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
     // only for tmpfs, which is where /dev lives.
     let later_ro = typ == "tmpfs" && flags.contains(MsFlags::MS_RDONLY);
     let first = if later_ro { flags & !MsFlags::MS_RDONLY } else { flags };
-    match mount(Some(source), &fd_path(&target), Some(typ), first, Some(data), &root.describe(dest)) {
+    match mount(Some(source), &fd_path(&target), Some(typ), first, Some(data), &shown) {
         // sysfs can be mounted only by the user namespace that owns the
         // network namespace: with a joined or the host's one, bind the
         // host's /sys instead, read-only as asked (runc does the same).
-        Err(e) if typ == "sysfs" && o.in_user_ns && e.errno == nix::errno::Errno::EPERM => {
+        Err(e) if typ == "sysfs" && o.in_user_ns && e.errno() == Some(nix::errno::Errno::EPERM) => {
             let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
-            mount(Some("/sys"), &fd_path(&target), None, flags, None, &root.describe(dest)).map_err(|e| what(&e))?;
-            let fresh = root.open_in(dest, OFlag::O_PATH).map_err(|e| what(&e))?;
+            mount(Some("/sys"), &fd_path(&target), None, flags, None, &shown)?;
+            let fresh = root.open_in(dest, OFlag::O_PATH)?;
             let ro = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | opts.flags | locked_flags(&fresh);
-            mount(None, &fd_path(&fresh), None, ro, None, &root.describe(dest)).map_err(|e| what(&e))?;
+            mount(None, &fd_path(&fresh), None, ro, None, &shown)?;
         }
-        r => r.map_err(|e| what(&e))?,
+        r => r?,
     }
     if let Some(below) = below {
-        let fresh = root.open_in(dest, OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(|e| what(&e))?;
-        let fresh = crate::sys::fs::reopen_dir(&fresh).map_err(|e| what(&format!("open: {e}")))?;
-        super::copyup::copy_tree(&below, &fresh).map_err(|e| what(&format!("tmpcopyup: {e}")))?;
+        let fresh = root.open_in(dest, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+        let fresh = crate::sys::fs::reopen_dir(&fresh).map_err(|e| InitError::path("open", dest, e))?;
+        super::copyup::copy_tree(&below, &fresh, dest)?;
     }
-    after_mount(root, dest, &opts, later_ro).map_err(|e| what(&e))
+    after_mount(root, dest, &opts, later_ro)
 }
 
 /// procfs and sysfs go only on a real directory of the image (or where
@@ -79,34 +85,40 @@ fn ordinary_directory(root: &Root, dest: &Path, typ: &str) -> Result<()> {
     let dir = match root.open_in(parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
         Ok(d) => d,
         Err(e) if e.errno == nix::errno::Errno::ENOENT => return Ok(()),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
     match nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => Err(format!(
-            "filesystem {typ:?} must be mounted on an ordinary directory, and the image has something else there"
+        Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => Err(InitError::other(
+            "mount",
+            format!(
+                "filesystem {typ:?} must be mounted on an ordinary directory, and the image has something else there"
+            ),
         )),
         Ok(_) | Err(nix::errno::Errno::ENOENT) => Ok(()),
-        Err(e) => Err(format!("stat: {e}")),
+        Err(e) => Err(InitError::path("stat", dest, e)),
     }
 }
 
 fn bind(root: &Root, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> {
     let dest = m.destination();
-    let src = m.source().as_ref().ok_or("a bind mount needs a source")?;
+    let shown = dest.to_string_lossy();
+    let bad = |why: &str| InitError::other("bind mount", why);
+    let src = m.source().as_ref().ok_or_else(|| bad("a bind mount needs a source"))?;
     // A relative source is relative to the bundle, as runc reads it.
     let src: PathBuf = if src.is_absolute() { src.clone() } else { o.bundle.join(src) };
-    let meta = std::fs::metadata(&src).map_err(|e| format!("source {}: {e}", src.display()))?;
-    let target = root.ensure(dest, !meta.is_dir()).map_err(|e| e.to_string())?;
-    let src_str = src.to_str().ok_or("source path is not UTF-8")?;
+    let meta = std::fs::metadata(&src)
+        .map_err(|e| InitError::path("stat bind mount source", &src, crate::sys::io_errno(&e)))?;
+    let target = root.ensure(dest, !meta.is_dir())?;
+    let src_str = src.to_str().ok_or_else(|| bad("the source path is not UTF-8"))?;
     let flags = MsFlags::MS_BIND | (opts.flags & MsFlags::MS_REC);
-    mount(Some(src_str), &fd_path(&target), None, flags, None, &root.describe(dest)).map_err(|e| e.to_string())?;
+    mount(Some(src_str), &fd_path(&target), None, flags, None, &shown)?;
     let rest = opts.flags & !(MsFlags::MS_BIND | MsFlags::MS_REC | MsFlags::MS_REMOUNT);
     if !rest.is_empty() {
         // Remount the new mount, found again through the root, so the
         // remount can't hit the mount underneath it.
-        let fresh = root.open_in(dest, OFlag::O_PATH).map_err(|e| e.to_string())?;
+        let fresh = root.open_in(dest, OFlag::O_PATH)?;
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | rest | locked_flags(&fresh);
-        mount(None, &fd_path(&fresh), None, flags, None, &root.describe(dest)).map_err(|e| e.to_string())?;
+        mount(None, &fd_path(&fresh), None, flags, None, &shown)?;
     }
     after_mount(root, dest, opts, false)
 }
@@ -116,14 +128,15 @@ fn after_mount(root: &Root, dest: &Path, opts: &MountOptions, remount_ro: bool) 
     if opts.propagation.is_empty() && !remount_ro {
         return Ok(());
     }
-    let fresh = root.open_in(dest, OFlag::O_PATH).map_err(|e| e.to_string())?;
+    let fresh = root.open_in(dest, OFlag::O_PATH)?;
     let target = fd_path(&fresh);
+    let shown = dest.to_string_lossy();
     for p in &opts.propagation {
-        mount(None, &target, None, *p, None, &root.describe(dest)).map_err(|e| e.to_string())?;
+        mount(None, &target, None, *p, None, &shown)?;
     }
     if remount_ro {
         let flags = MsFlags::MS_REMOUNT | opts.flags;
-        mount(None, &target, None, flags, Some(&opts.data), &root.describe(dest)).map_err(|e| e.to_string())?;
+        mount(None, &target, None, flags, Some(&opts.data), &shown)?;
     }
     Ok(())
 }

@@ -2,15 +2,12 @@
 //! forked child, which sets no_new_privs first so no privilege is needed.
 #![allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "small flag bits and test pids")]
 
-use std::os::fd::AsFd;
-
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 use oci_spec::runtime::LinuxSeccomp;
 use serde_json::json;
 
 use super::*;
-use crate::process::sync::{self, Msg};
 use crate::sys::{self, Forked};
 
 fn profile(v: serde_json::Value) -> LinuxSeccomp {
@@ -247,42 +244,6 @@ fn kill_process_rule_kills_a_child_with_sigsys() {
     .unwrap();
     let st = in_child(&f, |_| errno_of(nix::unistd::getpgid(None)));
     assert!(matches!(st, WaitStatus::Signaled(_, Signal::SIGSYS, _)), "{st:?}");
-}
-
-#[test]
-fn notify_fd_crosses_the_sync_channel_and_answers_for_the_child() {
-    use libseccomp::{ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
-    let f = Filter::compile(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/unused",
-        "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_NOTIFY"}]})))
-    .unwrap();
-    let (ours, theirs) = sync::pair().unwrap();
-    match sys::seccomp::fork_for_test().unwrap() {
-        Forked::Child => {
-            drop(ours);
-            if nix::sys::prctl::set_no_new_privs().is_err() {
-                sys::exit_child(100);
-            }
-            let Ok(Some(fd)) = f.load() else { sys::exit_child(101) };
-            if theirs.send(&Msg::SeccompFd).is_err() || theirs.send_fd(fd.as_fd()).is_err() {
-                sys::exit_child(102);
-            }
-            drop(fd);
-            // The agent (the parent) answers EXDEV.
-            sys::exit_child(if kill(NO_PID, None) == libc::EXDEV { 0 } else { 103 })
-        }
-        Forked::Parent(pid) => {
-            drop(theirs);
-            assert_eq!(ours.recv().unwrap(), Some(Msg::SeccompFd));
-            let fd = ours.recv_fd().unwrap();
-            let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
-            let req = ScmpNotifReq::receive(raw).unwrap();
-            assert_eq!(req.pid, pid.as_raw() as u32);
-            assert_eq!(req.data.args[0] as i32, NO_PID);
-            ScmpNotifResp::new_error(req.id, -libc::EXDEV, ScmpNotifRespFlags::empty()).respond(raw).unwrap();
-            let st = waitpid(pid, None).unwrap();
-            assert_eq!(st, WaitStatus::Exited(pid, 0));
-        }
-    }
 }
 
 fn get_pid(st: &WaitStatus) -> nix::unistd::Pid {

@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use nix::mount::MsFlags;
 use nix::sys::statvfs::{fstatvfs, FsFlags};
 
-use crate::error::SysError;
+use crate::error::{InitError, MountCall};
 
 /// One config.json mount, with its options split the way `mount(2)` wants them.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,7 +38,7 @@ impl MountOptions {
 
 /// Splits OCI mount options into flags, propagation and data, as runc does.
 /// Options that would need features tinyrun lacks are refused by name.
-pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, String> {
+pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitError> {
     let mut m = MountOptions::default();
     let mut data = Vec::new();
     for opt in options {
@@ -79,9 +79,14 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, String> 
                 continue;
             }
             o if o.starts_with('r') && recursive_attr(o) => {
-                return Err(format!("recursive mount attribute {o:?} is not supported"));
+                return Err(InitError::other(
+                    format!("mount option {o:?}"),
+                    "recursive mount attributes are not supported",
+                ));
             }
-            "idmap" | "ridmap" => return Err(format!("{opt:?} (id-mapped mounts) is not supported")),
+            "idmap" | "ridmap" => {
+                return Err(InitError::other(format!("mount option {opt:?}"), "id-mapped mounts are not supported"))
+            }
             "tmpcopyup" => {
                 m.copy_up = true;
                 continue;
@@ -141,7 +146,8 @@ pub(crate) fn propagation_flag(name: &str) -> Option<MsFlags> {
     })
 }
 
-/// `mount(2)` with an error that says what was mounted where and how.
+/// `mount(2)` with an error that says what was mounted where and how;
+/// `shown_target` is the destination as the container will see it.
 pub(crate) fn mount(
     source: Option<&str>,
     target: &str,
@@ -149,18 +155,17 @@ pub(crate) fn mount(
     flags: MsFlags,
     data: Option<&str>,
     shown_target: &str,
-) -> Result<(), SysError> {
-    nix::mount::mount(source, target, fstype, flags, data.filter(|d| !d.is_empty())).map_err(|e| {
-        SysError::new(
-            "mount",
-            format_args!(
-                "src={}, dst={shown_target}, type={}, flags={flags:?}{}",
-                source.unwrap_or("none"),
-                fstype.unwrap_or("none"),
-                data.filter(|d| !d.is_empty()).map(|d| format!(", data={d}")).unwrap_or_default()
-            ),
-            e,
-        )
+) -> Result<(), InitError> {
+    let data = data.filter(|d| !d.is_empty());
+    nix::mount::mount(source, target, fstype, flags, data).map_err(|e| {
+        let call = MountCall {
+            src: source.map(str::to_string),
+            dst: shown_target.to_string(),
+            fstype: fstype.map(str::to_string),
+            flags: flags.bits(),
+            data: data.map(str::to_string),
+        };
+        InitError::mount(call, e)
     })
 }
 
@@ -212,7 +217,7 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_do() {
-        assert!(parse_options(&opts(&["rro"])).unwrap_err().contains("rro"));
-        assert!(parse_options(&opts(&["idmap"])).unwrap_err().contains("idmap"));
+        assert!(parse_options(&opts(&["rro"])).unwrap_err().to_string().contains("rro"));
+        assert!(parse_options(&opts(&["idmap"])).unwrap_err().to_string().contains("idmap"));
     }
 }
