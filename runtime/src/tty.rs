@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use nix::fcntl::OFlag;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt, Winsize};
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use crate::error::{InitError, SysError};
 use crate::sys;
@@ -80,20 +80,9 @@ pub(crate) fn send_fd(socket: RawFd, fd: RawFd, payload: &[u8]) -> Result<(), Sy
 }
 
 /// Receives one fd sent by [`send_fd`].
-pub(crate) fn recv_fd(socket: RawFd) -> Result<OwnedFd, SysError> {
+pub(crate) fn recv_fd(socket: impl std::os::fd::AsFd) -> Result<OwnedFd, SysError> {
     let mut buf = [0u8; 4096];
-    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
-    let msg = recvmsg::<()>(socket, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
-        .map_err(|e| SysError::bare("recvmsg", e))?;
-    for c in msg.cmsgs().map_err(|e| SysError::bare("recvmsg", e))? {
-        if let ControlMessageOwned::ScmRights(fds) = c {
-            if let Some(fd) = fds.first() {
-                return Ok(sys::own_fd(*fd));
-            }
-        }
-    }
-    Err(SysError::bare("receive pty master: no fd in message", nix::errno::Errno::EBADMSG))
+    sys::recv_fd(socket, &mut buf).map_err(|e| SysError::bare("receive pty master", e))
 }
 
 /// Copies the window size of `from` (our terminal) to `to` (the pty

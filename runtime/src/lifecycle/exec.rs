@@ -161,7 +161,7 @@ impl Container {
                 return Ok((pid, 0));
             }
             let master = match &pair {
-                Some((ours, _)) => Some(crate::tty::recv_fd(ours.as_raw_fd())?),
+                Some((ours, _)) => Some(crate::tty::recv_fd(ours)?),
                 None => None,
             };
             Ok((pid, crate::process::foreground::wait(pid, master)))

@@ -49,7 +49,7 @@ impl Runtime {
                 if opts.create.console_socket.is_none() && terminal { Some(crate::tty::console_pair()?) } else { None };
             let c = self.create_from(id, &bundle, &opts.create, pair.as_ref().map(|p| &p.1))?;
             let master = match &pair {
-                Some((ours, _)) => match crate::tty::recv_fd(ours.as_raw_fd()) {
+                Some((ours, _)) => match crate::tty::recv_fd(ours) {
                     Ok(m) => Some(m),
                     Err(e) => {
                         drop(c);

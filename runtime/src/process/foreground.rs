@@ -146,7 +146,7 @@ impl Relay {
         match nix::unistd::read(0, &mut self.buf) {
             Ok(0) | Err(_) => self.stdin_open = false,
             Ok(n) => {
-                let _ = write_all(m.as_raw_fd(), &self.buf[..n]);
+                let _ = write_all(m, &self.buf[..n]);
             }
         }
     }
@@ -182,8 +182,7 @@ fn pump(master: i32, buf: &mut [u8]) -> bool {
     }
 }
 
-fn write_all(fd: i32, mut data: &[u8]) -> nix::Result<()> {
-    let fd = crate::sys::borrow_fd(fd);
+fn write_all(fd: &OwnedFd, mut data: &[u8]) -> nix::Result<()> {
     while !data.is_empty() {
         match nix::unistd::write(fd, data) {
             Ok(n) => data = &data[n..],

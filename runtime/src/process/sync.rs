@@ -38,13 +38,10 @@
 //! ([`InitError`]: operation, object, errno), so the runtime re-raises it
 //! typed.
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSlice;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-use nix::sys::socket::{
-    recv, recvmsg, send, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
-    SockType,
-};
+use nix::sys::socket::{recv, send, sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{InitError, SysError};
@@ -160,24 +157,7 @@ impl Channel {
     /// Receives the fd sent by [`Channel::send_fd`] (close-on-exec).
     pub(crate) fn recv_fd(&self) -> Result<OwnedFd, SysError> {
         let mut buf = [0u8; 16];
-        let mut space = nix::cmsg_space!([RawFd; 1]);
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg = loop {
-            match recvmsg::<()>(self.fd.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(SysError::bare("receive fd over sync socket", e)),
-                Ok(m) => break m,
-            }
-        };
-        let fds = msg.cmsgs().map_err(|e| SysError::bare("receive fd over sync socket", e))?;
-        for c in fds {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                if let [fd] = fds[..] {
-                    return Ok(crate::sys::own_fd(fd));
-                }
-            }
-        }
-        Err(SysError::bare("receive fd over sync socket: no fd in the message", nix::errno::Errno::EBADMSG))
+        crate::sys::recv_fd(&self.fd, &mut buf).map_err(|e| SysError::bare("receive fd over sync socket", e))
     }
 }
 

@@ -68,10 +68,9 @@ fn copy_entry(from: &OwnedFd, to: &OwnedFd, name: &CStr, path: PathBuf, depth: u
 fn copy_file(from: &OwnedFd, to: &OwnedFd, name: &CStr, mode: Mode, path: &Path) -> Result<()> {
     let src = openat(from, name, OFlag::O_RDONLY | OFlag::O_NOFOLLOW, path)?;
     let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let dst =
-        nix::fcntl::openat(Some(to.as_raw_fd()), name, flags, mode).map_err(|e| InitError::path("create", path, e))?;
+    let dst = crate::sys::openat(to, name, flags, mode).map_err(|e| InitError::path("create", path, e))?;
     let mut r = std::fs::File::from(src);
-    let mut w = std::fs::File::from(crate::sys::own_fd(dst));
+    let mut w = std::fs::File::from(dst);
     std::io::copy(&mut r, &mut w).map_err(|e| InitError::path("copy", path, crate::sys::io_errno(&e)))?;
     Ok(())
 }
@@ -89,7 +88,5 @@ fn keep_owner_and_mode(to: &OwnedFd, name: &CStr, st: &FileStat, mode: Mode, pat
 }
 
 fn openat(dir: &OwnedFd, name: &CStr, flags: OFlag, path: &Path) -> Result<OwnedFd> {
-    nix::fcntl::openat(Some(dir.as_raw_fd()), name, flags | OFlag::O_CLOEXEC, Mode::empty())
-        .map(crate::sys::own_fd)
-        .map_err(|e| InitError::path("open", path, e))
+    crate::sys::openat(dir, name, flags, Mode::empty()).map_err(|e| InitError::path("open", path, e))
 }

@@ -70,11 +70,8 @@ pub(crate) fn send(listener: &Listener, fd: BorrowedFd<'_>, payload: &[u8]) -> R
 
 #[cfg(test)]
 mod tests {
-    use std::io::IoSliceMut;
-    use std::os::fd::{AsFd, RawFd};
+    use std::os::fd::AsFd;
     use std::os::unix::net::UnixListener;
-
-    use nix::sys::socket::{recvmsg, ControlMessageOwned};
 
     use super::*;
 
@@ -91,20 +88,9 @@ mod tests {
 
         let (conn, _) = agent.accept().unwrap();
         let mut buf = vec![0u8; 4096];
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let mut space = nix::cmsg_space!([RawFd; 2]);
-        let msg = recvmsg::<()>(conn.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::empty()).unwrap();
-        let n = msg.bytes;
-        let fds: Vec<RawFd> = msg
-            .cmsgs()
-            .unwrap()
-            .flat_map(|c| match c {
-                ControlMessageOwned::ScmRights(f) => f,
-                _ => vec![],
-            })
-            .collect();
+        let (mut fds, n) = crate::sys::recv_fds(&conn, &mut buf).unwrap();
         assert_eq!(fds.len(), 1, "exactly one fd");
-        let got = crate::sys::own_fd(fds[0]);
+        let got = fds.pop().unwrap();
         // The fd received is the pipe's write end: what goes in comes out of `r`.
         nix::unistd::write(&got, b"x").unwrap();
         let mut b = [0u8; 1];

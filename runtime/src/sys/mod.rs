@@ -10,7 +10,7 @@ pub(crate) mod mount;
 pub(crate) mod seccomp;
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use nix::unistd::Pid;
@@ -384,18 +384,49 @@ pub(crate) fn set_ctty(fd: RawFd) -> Result<(), Errno> {
     unsafe { ioctl_set_ctty(fd, 0) }.map(|_| ())
 }
 
-/// Takes ownership of an fd the kernel just returned to us (from recvmsg's
-/// SCM_RIGHTS, openat, ...).
-pub(crate) fn own_fd(fd: RawFd) -> OwnedFd {
-    // SAFETY: callers pass an fd freshly created for this process, which
-    // nothing else refers to.
-    unsafe { OwnedFd::from_raw_fd(fd) }
+/// Receives one datagram or stream chunk into `buf` with the fds sent
+/// alongside it (`SCM_RIGHTS`, up to 4, close-on-exec), retrying EINTR.
+/// Returns the fds and the number of bytes read.
+pub(crate) fn recv_fds(socket: impl AsFd, buf: &mut [u8]) -> Result<(Vec<OwnedFd>, usize), Errno> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = loop {
+        match recvmsg::<()>(socket.as_fd().as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(Errno::EINTR) => continue,
+            r => break r?,
+        }
+    };
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            // SAFETY: SCM_RIGHTS hands us new fds of our own, which nothing
+            // else in this process refers to.
+            fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    Ok((fds, msg.bytes))
 }
 
-/// Borrows a raw fd the caller knows to be open for the borrow's use.
-pub(crate) fn borrow_fd(fd: RawFd) -> std::os::fd::BorrowedFd<'static> {
-    // SAFETY: callers pass fds they own and keep open while using the borrow.
-    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
+/// [`recv_fds`] of a message that must carry exactly one fd (else EBADMSG).
+pub(crate) fn recv_fd(socket: impl AsFd, buf: &mut [u8]) -> Result<OwnedFd, Errno> {
+    let (mut fds, _) = recv_fds(socket, buf)?;
+    match (fds.pop(), fds.is_empty()) {
+        (Some(fd), true) => Ok(fd),
+        _ => Err(Errno::EBADMSG),
+    }
+}
+
+/// `openat(2)` relative to `dir`, close-on-exec, as an owned fd.
+pub(crate) fn openat(
+    dir: impl AsFd,
+    name: &CStr,
+    flags: nix::fcntl::OFlag,
+    mode: nix::sys::stat::Mode,
+) -> Result<OwnedFd, Errno> {
+    let fd = nix::fcntl::openat(Some(dir.as_fd().as_raw_fd()), name, flags | nix::fcntl::OFlag::O_CLOEXEC, mode)?;
+    // SAFETY: openat returned a fresh fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Brings `lo` up in the calling process's network namespace.
