@@ -74,20 +74,20 @@ const CASES: [Case; 6] = [
         at_create: true,
     },
     Case {
-        cmd: "/x/bad-interpreter",
+        cmd: "/tmp/bad-interpreter",
         want: 126,
-        words: "exec /x/bad-interpreter: permission denied",
+        words: "exec /tmp/bad-interpreter: permission denied",
         at_create: false,
     },
     Case {
-        cmd: "/x/no-interpreter",
+        cmd: "/tmp/no-interpreter",
         want: 127,
-        words: "exec /x/no-interpreter: no such file or directory",
+        words: "exec /tmp/no-interpreter: no such file or directory",
         at_create: false,
     },
 ];
 
-/// A host directory with the two scripts execve refuses, for a read-only bind at /x.
+/// A host directory with the two scripts execve refuses, for a read-only bind at /tmp (a directory the shared, read-only test rootfs has: a new mount point would be made in it).
 fn scripts(rt: &Runtime) -> String {
     let dir = rt.tempdir().join("scripts");
     std::fs::create_dir_all(&dir).unwrap();
@@ -101,7 +101,7 @@ fn scripts(rt: &Runtime) -> String {
 
 fn bundle(rt: &Runtime, scripts: &str, args: &[&str]) -> Bundle {
     let b = rt.bundle(args);
-    b.add_mount(json!({"destination": "/x", "type": "bind", "source": scripts, "options": ["rbind", "ro"]}));
+    b.add_mount(json!({"destination": "/tmp", "type": "bind", "source": scripts, "options": ["rbind", "ro"]}));
     b
 }
 
