@@ -3,7 +3,7 @@
 //!
 //! Runs in the runtime process (`tinyrun features`). Every list comes from
 //! the code that uses it, not from a copy: mount options are the ones
-//! [`crate::sys::mount::parse_options`] takes as flags, flags and archs are
+//! [`crate::rootfs::options::parse_options`] takes as flags, flags and archs are
 //! checked against the linked libseccomp and the kernel (as runc does for
 //! `supportedFlags`), and fields tinyrun refuses are reported as not
 //! supported. Per the spec, `apparmor`, `selinux` and `cgroup` describe the
@@ -214,7 +214,7 @@ impl Features {
 fn mount_options() -> Vec<String> {
     MOUNT_OPTION_CANDIDATES
         .iter()
-        .filter(|o| crate::sys::mount::parse_options(&[o.to_string()]).is_ok_and(|m| m.data.is_empty()))
+        .filter(|o| crate::rootfs::options::parse_options(&[o.to_string()]).is_ok_and(|m| m.data.is_empty()))
         .map(|o| o.to_string())
         .collect()
 }
@@ -237,7 +237,7 @@ mod tests {
         // Data options and unimplemented flags are not claimed.
         for o in ["nosymfollow", "tmpcopyup", "idmap"] {
             let claimed = f.mount_options.iter().any(|m| m == o);
-            let taken = crate::sys::mount::parse_options(&[o.to_string()]).is_ok_and(|m| m.data.is_empty());
+            let taken = crate::rootfs::options::parse_options(&[o.to_string()]).is_ok_and(|m| m.data.is_empty());
             assert_eq!(claimed, taken, "{o}");
         }
         assert!(f.linux.capabilities.contains(&"CAP_SYS_ADMIN".to_string()));

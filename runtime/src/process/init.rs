@@ -35,7 +35,7 @@ use crate::error::InitError;
 use crate::hooks::{self, Kind};
 use crate::namespaces::{self, Plan};
 use crate::rootfs;
-use crate::sys::fs::Root;
+use crate::rootfs::Root;
 use crate::sys::{self, Forked};
 
 /// Everything init needs, built by the runtime before cloning.

@@ -11,11 +11,13 @@ use std::path::Path;
 
 use nix::mount::MsFlags;
 
+use super::kernel::mount as sys_mount;
+use super::options::MountOptions;
+use super::root::Root;
 use super::{Options, Result};
 use crate::cgroups::Mount as Hierarchy;
 use crate::error::InitError;
-use crate::sys::fs::{fd_path, read_proc, Root};
-use crate::sys::mount::{mount as sys_mount, MountOptions};
+use crate::sys::fs::{fd_path, read_proc};
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x63677270;
 

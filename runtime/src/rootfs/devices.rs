@@ -11,11 +11,12 @@ use nix::sys::stat::{makedev, mknodat, Mode, SFlag};
 use nix::unistd::{fchownat, Gid, Uid};
 use oci_spec::runtime::LinuxDeviceType;
 
+use super::kernel::mount;
+use super::root::Root;
 use super::{Options, Result};
 use crate::devices::DEFAULT_DEVICES as DEFAULTS;
 use crate::error::InitError;
-use crate::sys::fs::{fd_path, reopen_dir, Root};
-use crate::sys::mount::mount;
+use crate::sys::fs::{fd_path, reopen_dir};
 
 struct Node {
     path: String,

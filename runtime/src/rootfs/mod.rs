@@ -10,8 +10,11 @@ mod cgroupfs;
 mod copyup;
 mod devices;
 pub(crate) mod image;
+mod kernel;
 mod mounts;
+pub(crate) mod options;
 mod paths;
+pub(crate) mod root;
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -20,8 +23,9 @@ use nix::mount::{MntFlags, MsFlags};
 use oci_spec::runtime::Spec;
 
 use crate::error::InitError;
-use crate::sys::fs::Root;
-use crate::sys::mount::{mount, propagation_flag};
+use kernel::mount;
+use options::propagation_flag;
+pub(crate) use root::Root;
 
 /// Init-side failure, naming the step, its object and the errno.
 pub(crate) type Result<T> = std::result::Result<T, InitError>;
@@ -139,7 +143,7 @@ pub(crate) fn enter(root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
     }
     if spec.root().as_ref().and_then(|r| r.readonly()).unwrap_or(false) {
         let root_fd = crate::sys::fs::open_path(Path::new("/"), nix::fcntl::OFlag::O_PATH)?;
-        let locked = crate::sys::mount::locked_flags(&root_fd);
+        let locked = kernel::locked_flags(&root_fd);
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
         mount(None, "/", None, flags, None, "/").map_err(|e| e.field("root.readonly"))?;
         // Fail closed: a root that is still writable must not run anything.

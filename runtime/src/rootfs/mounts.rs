@@ -7,10 +7,12 @@ use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use oci_spec::runtime::Mount;
 
+use super::kernel::{locked_flags, mount};
+use super::options::{parse_options, MountOptions};
+use super::root::Root;
 use super::{Options, Result};
 use crate::error::InitError;
-use crate::sys::fs::{fd_path, Root};
-use crate::sys::mount::{locked_flags, mount, parse_options, MountOptions};
+use crate::sys::fs::fd_path;
 
 pub(super) fn is_bind(m: &Mount) -> bool {
     m.typ().as_deref() == Some("bind")

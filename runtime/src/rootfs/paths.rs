@@ -7,10 +7,11 @@ use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use nix::sys::stat::fstat;
 
+use super::kernel::{locked_flags, mount};
+use super::root::Root;
 use super::Result;
 use crate::error::InitError;
-use crate::sys::fs::{fd_path, open_path, Root};
-use crate::sys::mount::{locked_flags, mount};
+use crate::sys::fs::{fd_path, open_path};
 
 /// Bind `p` onto itself and remount it read-only. A path the image lacks is
 /// skipped, as the spec allows.

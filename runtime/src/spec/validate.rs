@@ -113,7 +113,7 @@ fn check_mounts(spec: &Spec) -> Result<()> {
             return Err(invalid(format!("mounts: destination {:?} is not an absolute path", m.destination())));
         }
         let opts = m.options().as_deref().unwrap_or(&[]);
-        crate::sys::mount::parse_options(opts).map_err(|why| {
+        crate::rootfs::options::parse_options(opts).map_err(|why| {
             RuntimeError::unsupported(format!("mounts[{}].options", m.destination().display()), why.to_string())
         })?;
         if m.uid_mappings().is_some() || m.gid_mappings().is_some() {

@@ -6,7 +6,6 @@
 #![allow(unsafe_code)]
 
 pub(crate) mod fs;
-pub(crate) mod mount;
 pub(crate) mod seccomp;
 
 use std::ffi::CStr;
@@ -418,9 +417,9 @@ pub(crate) fn recv_fd(socket: impl AsFd, buf: &mut [u8]) -> Result<OwnedFd, Errn
 }
 
 /// `openat(2)` relative to `dir`, close-on-exec, as an owned fd.
-pub(crate) fn openat(
+pub(crate) fn openat<P: ?Sized + nix::NixPath>(
     dir: impl AsFd,
-    name: &CStr,
+    name: &P,
     flags: nix::fcntl::OFlag,
     mode: nix::sys::stat::Mode,
 ) -> Result<OwnedFd, Errno> {
