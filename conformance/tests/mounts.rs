@@ -102,6 +102,29 @@ fn bind_mount_ro() {
     assert!(!host.join("from-container").exists());
 }
 
+/// `rro` (runc's recursive mount attributes, set with mount_setattr(AT_RECURSIVE)): a bind of a
+/// host directory with a tmpfs mounted inside it is read-only all the way down, where a plain
+/// `ro` bind leaves the submount writable.
+#[test]
+fn recursive_read_only_bind() {
+    require_root!();
+    let rt = Runtime::new("bindrro");
+    let host = rt.tempdir();
+    let sub = host.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let st = std::process::Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(&sub).status().unwrap();
+    assert!(st.success(), "mount a tmpfs under the host dir");
+    rt.track_mount(&sub);
+    for (opt, sub_result) in [("ro", "write=ok"), ("rro", "write=EROFS")] {
+        let b = rt.bundle(&["/bin/sh", "-c", "/bin/probe write /var/top; /bin/probe write /var/sub/file"]);
+        b.add_mount(json!({"destination": "/var", "type": "bind", "source": host, "options": ["rbind", opt]}));
+        let o = rt.run_bundle(&b);
+        let lines: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("write=")).collect();
+        assert_eq!(lines, ["write=EROFS", sub_result], "{opt}: the top, then the submount\n{o}");
+        let _ = std::fs::remove_file(sub.join("file"));
+    }
+}
+
 #[test]
 fn readonly_root() {
     require_root!();

@@ -139,7 +139,7 @@ fn sealed_copy() -> Result<std::os::fd::OwnedFd> {
     const MOUNT_ATTR_NODEV: u64 = 0x4;
     match sys::open_tree_clone(c"/proc/self/exe") {
         Ok(tree) => {
-            sys::mount_setattr(&tree, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
+            sys::mount_setattr(&tree, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, false)?;
             Ok(tree)
         }
         // Not allowed to mount here (rootless): copy into sealed memory.

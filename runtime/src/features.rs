@@ -234,6 +234,8 @@ mod tests {
         let f = features();
         assert_eq!(f.oci_version_min, "1.0.0");
         assert!(f.mount_options.contains(&"rbind".to_string()) && f.mount_options.contains(&"rslave".to_string()));
+        // containerd's CRI turns on recursive read-only mounts only if "rro" is listed.
+        assert!(f.mount_options.contains(&"rro".to_string()) && f.mount_options.contains(&"rnosymfollow".to_string()));
         // Data options and unimplemented flags are not claimed.
         for o in ["nosymfollow", "tmpcopyup", "idmap"] {
             let claimed = f.mount_options.iter().any(|m| m == o);

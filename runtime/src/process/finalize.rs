@@ -128,7 +128,7 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
     if let Some(sock) = p.console {
         let slave = crate::tty::setup_console(sock, p.console_size, p.ids.uid, p.ids.gid)?;
         if dev_console {
-            crate::rootfs::bind_console(&slave)?;
+            crate::rootfs::bind_console(&crate::rootfs::Real, &slave)?;
         }
     }
     crate::rlimits::apply(&p.rlimits)?;

@@ -105,9 +105,9 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     let host_pid = run_create_hooks(cfg, chan)?;
     // 6. What comes last in the root, then it becomes `/`.
     rootfs::apply_sysctl(&root, cfg.spec)?;
-    rootfs::protect_paths(&root, cfg.spec)?;
+    rootfs::protect_paths(&rootfs::Real, &root, cfg.spec)?;
     root.mkdir_all(&cfg.process.cwd, 0o755).map_err(|e| InitError::from(e).field("process.cwd"))?;
-    rootfs::enter(root, cfg.spec, cfg.no_pivot)?;
+    rootfs::enter(&rootfs::Real, root, cfg.spec, cfg.no_pivot)?;
     // 7. The path every container process shares with `exec`.
     let program = finalize::prepare(&cfg.process, chan, true)?;
     // 8. Ready; outlive the runtime once it has recorded us; wait for start.
@@ -163,6 +163,7 @@ fn build_rootfs(cfg: &InitConfig, chan: &Channel) -> Result<Root, InitError> {
         in_user_ns: plan.user_ns(),
         cgroup_ns: plan.is_new(LinuxNamespaceType::Cgroup),
         cgroup_hierarchies: &cfg.cgroup_hierarchies,
+        kernel: &rootfs::Real,
     };
     let mut joined = false;
     let mut in_cgroup = || -> Step {

@@ -11,7 +11,6 @@ use std::path::Path;
 
 use nix::mount::MsFlags;
 
-use super::kernel::mount as sys_mount;
 use super::options::MountOptions;
 use super::root::Root;
 use super::{Options, Result};
@@ -29,11 +28,13 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
     let shown = dest.to_string_lossy();
     let flags = opts.flags & !(MsFlags::MS_BIND | MsFlags::MS_REC);
     if unified {
-        return sys_mount(Some("cgroup2"), &fd_path(&target), Some("cgroup2"), flags, None, &shown)
-            .or_else(|_| bind_host(root, dest, "/sys/fs/cgroup", "", flags));
+        return o
+            .kernel
+            .mount_at(Some("cgroup2"), &fd_path(&target), Some("cgroup2"), flags, None, &shown)
+            .or_else(|_| bind_host(o, root, dest, "/sys/fs/cgroup", "", flags));
     }
     let base = flags & (MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC);
-    sys_mount(Some("tmpfs"), &fd_path(&target), Some("tmpfs"), base, Some("mode=755"), &shown)?;
+    o.kernel.mount_at(Some("tmpfs"), &fd_path(&target), Some("tmpfs"), base, Some("mode=755"), &shown)?;
     // The runtime's view of the host's hierarchies, taken before the clone;
     // this mount namespace started as a copy of that one.
     for h in o.cgroup_hierarchies {
@@ -45,13 +46,15 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
         let fd = root.mkdir_all(&sub, 0o755)?;
         let (fstype, data) = if h.v2 { ("cgroup2", None) } else { ("cgroup", Some(h.options.as_str())) };
         let fresh = o.cgroup_ns
-            && sys_mount(Some("cgroup"), &fd_path(&fd), Some(fstype), flags, data, &sub.to_string_lossy()).is_ok();
+            && o.kernel
+                .mount_at(Some("cgroup"), &fd_path(&fd), Some(fstype), flags, data, &sub.to_string_lossy())
+                .is_ok();
         if !fresh {
             let own = own_cgroup(h)?;
             let host_mount = h.dir.to_str().ok_or_else(|| {
                 InitError::other(format!("bind {}", h.dir.display()), "the cgroup mount point is not UTF-8")
             })?;
-            bind_host(root, &sub, host_mount, &own, flags)?;
+            bind_host(o, root, &sub, host_mount, &own, flags)?;
         }
         // cpu,cpuacct is also reachable as cpu and cpuacct.
         if name.contains(',') {
@@ -66,7 +69,7 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
     }
     if flags.contains(MsFlags::MS_RDONLY) {
         let fresh = root.open_in(dest, nix::fcntl::OFlag::O_PATH)?;
-        sys_mount(
+        o.kernel.mount_at(
             None,
             &fd_path(&fresh),
             None,
@@ -83,14 +86,21 @@ fn reopen(root: &Root, dest: &Path) -> Result<std::os::fd::OwnedFd> {
     crate::sys::fs::reopen_dir(&fd).map_err(|e| InitError::path("open", dest, e))
 }
 
-fn bind_host(root: &Root, dest: &Path, host_mount: &str, sub: &str, flags: MsFlags) -> Result<()> {
+fn bind_host(o: &Options, root: &Root, dest: &Path, host_mount: &str, sub: &str, flags: MsFlags) -> Result<()> {
     let src = format!("{host_mount}{sub}");
     let fd = root.mkdir_all(dest, 0o755)?;
     let shown = dest.to_string_lossy();
-    sys_mount(Some(&src), &fd_path(&fd), None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &shown)?;
+    o.kernel.mount_at(Some(&src), &fd_path(&fd), None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &shown)?;
     if flags.contains(MsFlags::MS_RDONLY) {
         let fresh = root.open_in(dest, nix::fcntl::OFlag::O_PATH)?;
-        sys_mount(None, &fd_path(&fresh), None, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags, None, &shown)?;
+        o.kernel.mount_at(
+            None,
+            &fd_path(&fresh),
+            None,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
+            None,
+            &shown,
+        )?;
     }
     Ok(())
 }

@@ -1,17 +1,16 @@
 //! /dev: the default device nodes every container gets, `linux.devices`,
 //! and the usual symlinks.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::AtFlags;
 use nix::mount::MsFlags;
-use nix::sys::stat::{makedev, mknodat, Mode, SFlag};
-use nix::unistd::{fchownat, Gid, Uid};
+use nix::sys::stat::{makedev, Mode, SFlag};
 use oci_spec::runtime::LinuxDeviceType;
 
-use super::kernel::mount;
+use super::kernel::Kernel;
 use super::root::Root;
 use super::{Options, Result};
 use crate::devices::DEFAULT_DEVICES as DEFAULTS;
@@ -73,7 +72,7 @@ pub(super) fn populate(root: &Root, o: &Options) -> Result<()> {
         });
     }
     for n in &nodes {
-        make_node(root, n, o.in_user_ns)?;
+        make_node(o.kernel, root, n, o.in_user_ns)?;
     }
     let dev = root.mkdir_all(Path::new("/dev"), 0o755)?;
     let dev = reopen_dir(&dev).map_err(|e| InitError::path("open", "/dev", e))?;
@@ -90,7 +89,7 @@ fn bad_device(path: &Path, why: String) -> InitError {
     InitError::other(format!("device {}", path.display()), why).field("linux.devices")
 }
 
-fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
+fn make_node(k: &dyn Kernel, root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
     let path = Path::new(&n.path);
     // The spec wants the real device here; an image's symlink (or file) in
     // its place must not be kept, or followed to the host.
@@ -101,14 +100,14 @@ fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
         // mknod of a device is refused in a user namespace: bind the
         // host's node over an empty file instead.
         let target = root.ensure(path, true)?;
-        return mount(Some(&n.path), &fd_path(&target), None, MsFlags::MS_BIND, None, &n.path);
+        return k.mount_at(Some(&n.path), &fd_path(&target), None, MsFlags::MS_BIND, None, &n.path);
     }
     let dir = root.mkdir_all(parent, 0o755)?;
     let dir = reopen_dir(&dir).map_err(|e| InitError::path("open", parent, e))?;
     let node = |op: &str, e: Errno| InitError::path(op.to_string(), path, e);
     let mode = Mode::from_bits_truncate(n.mode & 0o7777);
     let dev = makedev(n.major, n.minor);
-    match mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, dev) {
+    match k.mknodat(dir.as_fd(), name, n.kind, mode, dev) {
         Ok(()) => {}
         Err(Errno::EEXIST) => {
             // The image has something there (a /dev that isn't a tmpfs):
@@ -120,17 +119,10 @@ fn make_node(root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
             }
             nix::unistd::unlinkat(Some(dir.as_raw_fd()), name, nix::unistd::UnlinkatFlags::NoRemoveDir)
                 .map_err(|e| node("remove the existing entry at", e))?;
-            mknodat(Some(dir.as_raw_fd()), name, n.kind, mode, dev).map_err(|e| node("mknod", e))?;
+            k.mknodat(dir.as_fd(), name, n.kind, mode, dev).map_err(|e| node("mknod", e))?;
         }
         Err(e) => return Err(node("mknod", e)),
     }
     // Init runs with umask 0, so the mode above is taken literally.
-    fchownat(
-        Some(dir.as_raw_fd()),
-        name,
-        Some(Uid::from_raw(n.uid)),
-        Some(Gid::from_raw(n.gid)),
-        AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
-    .map_err(|e| node("chown", e))
+    k.fchownat(dir.as_fd(), name, n.uid, n.gid).map_err(|e| node("chown", e))
 }

@@ -15,15 +15,17 @@ mod mounts;
 pub(crate) mod options;
 mod paths;
 pub(crate) mod root;
+#[cfg(test)]
+mod tests;
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
-use nix::mount::{MntFlags, MsFlags};
+use nix::mount::MsFlags;
 use oci_spec::runtime::Spec;
 
 use crate::error::InitError;
-use kernel::mount;
+pub(crate) use kernel::{Kernel, Real};
 use options::propagation_flag;
 pub(crate) use root::Root;
 
@@ -41,6 +43,8 @@ pub(crate) struct Options<'a> {
     pub cgroup_ns: bool,
     /// The host's cgroup hierarchies, for `cgroup` mounts on v1.
     pub cgroup_hierarchies: &'a [crate::cgroups::Mount],
+    /// Mounts, device nodes, pivot_root: [`Real`], or a fake in tests.
+    pub kernel: &'a dyn Kernel,
 }
 
 /// Turns the bundle's rootfs into a populated mount tree: propagation, the
@@ -63,10 +67,11 @@ pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) ->
         let why = format!("unknown value {:?}", prop.unwrap_or_default());
         return Err(InitError::other("set propagation", why).field("linux.rootfsPropagation"));
     }
-    mount(None, "/", None, first, None, "/")?;
+    let k = o.kernel;
+    k.mount_at(None, "/", None, first, None, "/")?;
     let rootfs = o.rootfs.to_str().ok_or_else(|| InitError::other("bind rootfs", "the path is not UTF-8"))?;
     // pivot_root needs the new root to be a mount point.
-    mount(Some(rootfs), rootfs, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, rootfs)?;
+    k.mount_at(Some(rootfs), rootfs, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, rootfs)?;
     let root = Root::open(o.rootfs)?;
 
     let mut dev_is_bind = false;
@@ -106,49 +111,49 @@ pub(crate) fn apply_sysctl(root: &Root, spec: &Spec) -> Result<()> {
 }
 
 /// readonlyPaths, then maskedPaths (runtime-spec order).
-pub(crate) fn protect_paths(root: &Root, spec: &Spec) -> Result<()> {
+pub(crate) fn protect_paths(k: &dyn Kernel, root: &Root, spec: &Spec) -> Result<()> {
     let Some(linux) = spec.linux().as_ref() else { return Ok(()) };
     for p in linux.readonly_paths().as_deref().unwrap_or(&[]) {
-        paths::make_readonly(root, Path::new(p))?;
+        paths::make_readonly(k, root, Path::new(p))?;
     }
     for p in linux.masked_paths().as_deref().unwrap_or(&[]) {
-        paths::mask(root, Path::new(p))?;
+        paths::mask(k, root, Path::new(p))?;
     }
     Ok(())
 }
 
 /// Makes the rootfs `/`: `pivot_root` and a lazy unmount of the old root,
 /// or, with `no_pivot`, MS_MOVE + chroot (for roots on a ramfs).
-pub(crate) fn enter(root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
+pub(crate) fn enter(k: &dyn Kernel, root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
     let rootfs = root.describe(Path::new("/"));
     let dir = crate::sys::fs::reopen_dir(&root_fd(&root)?).map_err(|e| InitError::path("open", &rootfs, e))?;
-    nix::unistd::fchdir(dir.as_raw_fd()).map_err(|e| InitError::path("chdir", &rootfs, e))?;
+    k.fchdir(dir.as_fd()).map_err(|e| InitError::path("chdir", &rootfs, e))?;
     if no_pivot {
-        mount(Some("."), "/", None, MsFlags::MS_MOVE, None, "/")?;
-        nix::unistd::chroot(".").map_err(|e| InitError::path("chroot", &rootfs, e))?;
+        k.mount_at(Some("."), "/", None, MsFlags::MS_MOVE, None, "/")?;
+        k.chroot_here().map_err(|e| InitError::path("chroot", &rootfs, e))?;
     } else {
         // pivot_root(".", ".") stacks the old root on top of the new one;
         // unmounting "." then removes just the old root.
-        nix::unistd::pivot_root(".", ".").map_err(|e| InitError::path("pivot_root", &rootfs, e))?;
-        mount(None, ".", None, MsFlags::MS_SLAVE | MsFlags::MS_REC, None, "old root")?;
-        nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(|e| InitError::value("unmount", "old root", e))?;
+        k.pivot_root_here().map_err(|e| InitError::path("pivot_root", &rootfs, e))?;
+        k.mount_at(None, ".", None, MsFlags::MS_SLAVE | MsFlags::MS_REC, None, "old root")?;
+        k.umount_detach(".").map_err(|e| InitError::value("unmount", "old root", e))?;
     }
-    nix::unistd::chdir("/").map_err(|e| InitError::path("chdir", "/", e))?;
+    k.chdir("/").map_err(|e| InitError::path("chdir", "/", e))?;
 
     let linux = spec.linux().as_ref();
     if let Some(f) = linux.and_then(|l| l.rootfs_propagation().as_deref()).and_then(propagation_flag) {
         if f.intersects(MsFlags::MS_SHARED | MsFlags::MS_UNBINDABLE) {
-            mount(None, "/", None, f | MsFlags::MS_REC, None, "/").map_err(|e| e.field("linux.rootfsPropagation"))?;
+            k.mount_at(None, "/", None, f | MsFlags::MS_REC, None, "/")
+                .map_err(|e| e.field("linux.rootfsPropagation"))?;
         }
     }
     if spec.root().as_ref().and_then(|r| r.readonly()).unwrap_or(false) {
         let root_fd = crate::sys::fs::open_path(Path::new("/"), nix::fcntl::OFlag::O_PATH)?;
         let locked = kernel::locked_flags(&root_fd);
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
-        mount(None, "/", None, flags, None, "/").map_err(|e| e.field("root.readonly"))?;
+        k.mount_at(None, "/", None, flags, None, "/").map_err(|e| e.field("root.readonly"))?;
         // Fail closed: a root that is still writable must not run anything.
-        let st = nix::sys::statvfs::statvfs("/").map_err(|e| InitError::path("statvfs", "/", e))?;
-        if !st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+        if !k.is_read_only("/").map_err(|e| InitError::path("statvfs", "/", e))? {
             let why = "the root is still writable after the read-only remount";
             return Err(InitError::other("remount / read-only", why).field("root.readonly"));
         }
@@ -184,7 +189,7 @@ pub(crate) fn replace_symlink(root: &Root, path: &Path) -> Result<()> {
 
 /// Binds the pty `slave` over `/dev/console`. Runs in init after
 /// pivot_root, so `/` is the container's root.
-pub(crate) fn bind_console(slave: &std::os::fd::OwnedFd) -> Result<()> {
+pub(crate) fn bind_console(k: &dyn Kernel, slave: &std::os::fd::OwnedFd) -> Result<()> {
     let console = Path::new("/dev/console");
     // An empty file to bind the slave over, made through the root so a
     // symlink planted at /dev/console can't redirect it.
@@ -194,5 +199,5 @@ pub(crate) fn bind_console(slave: &std::os::fd::OwnedFd) -> Result<()> {
     replace_symlink(&root, console)?;
     let target = root.ensure(console, true)?;
     let (target, source) = (crate::sys::fs::fd_path(&target), crate::sys::fs::fd_path(slave));
-    mount(Some(&source), &target, None, MsFlags::MS_BIND, None, "/dev/console")
+    k.mount_at(Some(&source), &target, None, MsFlags::MS_BIND, None, "/dev/console")
 }

@@ -1,13 +1,13 @@
 //! One config.json mount at a time, in order.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use oci_spec::runtime::Mount;
 
-use super::kernel::{locked_flags, mount};
+use super::kernel::{locked_flags, Attrs, Kernel};
 use super::options::{parse_options, MountOptions};
 use super::root::Root;
 use super::{Options, Result};
@@ -26,6 +26,7 @@ pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
 }
 
 fn mount_entry(root: &Root, m: &Mount, o: &Options) -> Result<()> {
+    let k = o.kernel;
     let dest = m.destination();
     let shown = dest.to_string_lossy();
     let opts = parse_options(m.options().as_deref().unwrap_or(&[]))?;
@@ -56,16 +57,16 @@ fn mount_entry(root: &Root, m: &Mount, o: &Options) -> Result<()> {
     // only for tmpfs, which is where /dev lives.
     let later_ro = typ == "tmpfs" && flags.contains(MsFlags::MS_RDONLY);
     let first = if later_ro { flags & !MsFlags::MS_RDONLY } else { flags };
-    match mount(Some(source), &fd_path(&target), Some(typ), first, Some(data), &shown) {
+    match k.mount_at(Some(source), &fd_path(&target), Some(typ), first, Some(data), &shown) {
         // sysfs can be mounted only by the user namespace that owns the
         // network namespace: with a joined or the host's one, bind the
         // host's /sys instead, read-only as asked (runc does the same).
         Err(e) if typ == "sysfs" && o.in_user_ns && e.errno() == Some(nix::errno::Errno::EPERM) => {
             let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
-            mount(Some("/sys"), &fd_path(&target), None, flags, None, &shown)?;
+            k.mount_at(Some("/sys"), &fd_path(&target), None, flags, None, &shown)?;
             let fresh = root.open_in(dest, OFlag::O_PATH)?;
             let ro = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | opts.flags | locked_flags(&fresh);
-            mount(None, &fd_path(&fresh), None, ro, None, &shown)?;
+            k.mount_at(None, &fd_path(&fresh), None, ro, None, &shown)?;
         }
         r => r?,
     }
@@ -74,7 +75,7 @@ fn mount_entry(root: &Root, m: &Mount, o: &Options) -> Result<()> {
         let fresh = crate::sys::fs::reopen_dir(&fresh).map_err(|e| InitError::path("open", dest, e))?;
         super::copyup::copy_tree(&below, &fresh, dest)?;
     }
-    after_mount(root, dest, &opts, later_ro)
+    after_mount(k, root, dest, &opts, later_ro)
 }
 
 /// procfs and sysfs go only on a real directory of the image (or where
@@ -102,6 +103,7 @@ fn ordinary_directory(root: &Root, dest: &Path, typ: &str) -> Result<()> {
 }
 
 fn bind(root: &Root, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> {
+    let k = o.kernel;
     let dest = m.destination();
     let shown = dest.to_string_lossy();
     let bad = |why: &str| InitError::other("bind mount", why);
@@ -113,32 +115,36 @@ fn bind(root: &Root, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> 
     let target = root.ensure(dest, !meta.is_dir())?;
     let src_str = src.to_str().ok_or_else(|| bad("the source path is not UTF-8"))?;
     let flags = MsFlags::MS_BIND | (opts.flags & MsFlags::MS_REC);
-    mount(Some(src_str), &fd_path(&target), None, flags, None, &shown)?;
+    k.mount_at(Some(src_str), &fd_path(&target), None, flags, None, &shown)?;
     let rest = opts.flags & !(MsFlags::MS_BIND | MsFlags::MS_REC | MsFlags::MS_REMOUNT);
     if !rest.is_empty() {
         // Remount the new mount, found again through the root, so the
         // remount can't hit the mount underneath it.
         let fresh = root.open_in(dest, OFlag::O_PATH)?;
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | rest | locked_flags(&fresh);
-        mount(None, &fd_path(&fresh), None, flags, None, &shown)?;
+        k.mount_at(None, &fd_path(&fresh), None, flags, None, &shown)?;
     }
-    after_mount(root, dest, opts, false)
+    after_mount(k, root, dest, opts, false)
 }
 
-/// Propagation changes, and the deferred read-only remount of a tmpfs.
-fn after_mount(root: &Root, dest: &Path, opts: &MountOptions, remount_ro: bool) -> Result<()> {
-    if opts.propagation.is_empty() && !remount_ro {
+/// Propagation changes, the deferred read-only remount of a tmpfs, and
+/// recursive attributes (after the remount, so `rro` covers submounts too).
+fn after_mount(k: &dyn Kernel, root: &Root, dest: &Path, opts: &MountOptions, remount_ro: bool) -> Result<()> {
+    if opts.propagation.is_empty() && !remount_ro && opts.recursive == Attrs::default() {
         return Ok(());
     }
     let fresh = root.open_in(dest, OFlag::O_PATH)?;
     let target = fd_path(&fresh);
     let shown = dest.to_string_lossy();
     for p in &opts.propagation {
-        mount(None, &target, None, *p, None, &shown)?;
+        k.mount_at(None, &target, None, *p, None, &shown)?;
     }
     if remount_ro {
         let flags = MsFlags::MS_REMOUNT | opts.flags;
-        mount(None, &target, None, flags, Some(&opts.data), &shown)?;
+        k.mount_at(None, &target, None, flags, Some(&opts.data), &shown)?;
+    }
+    if opts.recursive != Attrs::default() {
+        k.set_attrs_recursive(fresh.as_fd(), opts.recursive, &shown)?;
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 use nix::mount::MsFlags;
 
+use super::kernel::Attrs;
 use crate::error::InitError;
 
 /// One config.json mount, with its options split the way `mount(2)` wants them.
@@ -17,11 +18,20 @@ pub(crate) struct MountOptions {
     pub data: String,
     /// `tmpcopyup`: fill a new tmpfs with what the directory held before.
     pub copy_up: bool,
+    /// `rro`, `rnosuid`, ...: attributes for the mount and every mount
+    /// below it, set with `mount_setattr(AT_RECURSIVE)` after the mount.
+    pub recursive: Attrs,
 }
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { flags: MsFlags::empty(), propagation: Vec::new(), data: String::new(), copy_up: false }
+        MountOptions {
+            flags: MsFlags::empty(),
+            propagation: Vec::new(),
+            data: String::new(),
+            copy_up: false,
+            recursive: Attrs::default(),
+        }
     }
 }
 
@@ -73,11 +83,18 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitErro
                 m.propagation.push(propagation_flag(opt).unwrap_or(MsFlags::MS_PRIVATE));
                 continue;
             }
-            o if o.starts_with('r') && recursive_attr(o) => {
-                return Err(InitError::other(
-                    format!("mount option {o:?}"),
-                    "recursive mount attributes are not supported",
-                ));
+            o if o.starts_with('r') && recursive_attr(o).is_some() => {
+                let (set, clear) = recursive_attr(o).unwrap_or_default();
+                if clear & ATIME == ATIME {
+                    // The atime mode is one field, replaced whole (the
+                    // kernel wants all of it cleared to change it).
+                    m.recursive.set = (m.recursive.set & !ATIME) | set;
+                    m.recursive.clear |= ATIME;
+                } else {
+                    m.recursive.set = (m.recursive.set | set) & !clear;
+                    m.recursive.clear = (m.recursive.clear | clear) & !set;
+                }
+                continue;
             }
             "idmap" | "ridmap" => {
                 return Err(InitError::other(format!("mount option {opt:?}"), "id-mapped mounts are not supported"))
@@ -101,28 +118,40 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitErro
     Ok(m)
 }
 
-fn recursive_attr(o: &str) -> bool {
-    matches!(
-        o,
-        "rro"
-            | "rrw"
-            | "rnosuid"
-            | "rsuid"
-            | "rnodev"
-            | "rdev"
-            | "rnoexec"
-            | "rexec"
-            | "rnodiratime"
-            | "rdiratime"
-            | "rrelatime"
-            | "rnorelatime"
-            | "rnoatime"
-            | "ratime"
-            | "rstrictatime"
-            | "rnostrictatime"
-            | "rnosymfollow"
-            | "rsymfollow"
-    )
+const RDONLY: u64 = 0x1;
+const NOSUID: u64 = 0x2;
+const NODEV: u64 = 0x4;
+const NOEXEC: u64 = 0x8;
+/// The atime field: RELATIME (0), NOATIME, STRICTATIME.
+const ATIME: u64 = 0x70;
+const NOATIME: u64 = 0x10;
+const STRICTATIME: u64 = 0x20;
+const NODIRATIME: u64 = 0x80;
+const NOSYMFOLLOW: u64 = 0x20_0000;
+
+/// The MOUNT_ATTR_* bits a recursive option sets and clears, as runc maps
+/// them. An atime option clears the whole atime field and sets its value:
+/// `rrelatime`, `ratime` and `rnostrictatime` ask for relatime (the
+/// kernel's default), `rnorelatime` for strictatime.
+fn recursive_attr(o: &str) -> Option<(u64, u64)> {
+    Some(match o {
+        "rro" => (RDONLY, 0),
+        "rrw" => (0, RDONLY),
+        "rnosuid" => (NOSUID, 0),
+        "rsuid" => (0, NOSUID),
+        "rnodev" => (NODEV, 0),
+        "rdev" => (0, NODEV),
+        "rnoexec" => (NOEXEC, 0),
+        "rexec" => (0, NOEXEC),
+        "rnodiratime" => (NODIRATIME, 0),
+        "rdiratime" => (0, NODIRATIME),
+        "rrelatime" | "ratime" | "rnostrictatime" => (0, ATIME),
+        "rnoatime" => (NOATIME, ATIME),
+        "rstrictatime" | "rnorelatime" => (STRICTATIME, ATIME),
+        "rnosymfollow" => (NOSYMFOLLOW, 0),
+        "rsymfollow" => (0, NOSYMFOLLOW),
+        _ => return None,
+    })
 }
 
 /// The flag for a propagation name (`rootfsPropagation` or a mount option).
@@ -166,7 +195,21 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_do() {
-        assert!(parse_options(&opts(&["rro"])).unwrap_err().to_string().contains("rro"));
         assert!(parse_options(&opts(&["idmap"])).unwrap_err().to_string().contains("idmap"));
+    }
+
+    #[test]
+    fn recursive_attributes_set_and_clear_mount_attr_bits() {
+        let m = parse_options(&opts(&["rbind", "rro", "rnosuid", "rnoexec"])).unwrap();
+        assert_eq!(m.recursive, Attrs { set: RDONLY | NOSUID | NOEXEC, clear: 0 });
+        assert_eq!(m.flags, MsFlags::MS_BIND | MsFlags::MS_REC, "recursive options are no mount flags");
+        let m = parse_options(&opts(&["rro", "rrw"])).unwrap();
+        assert_eq!(m.recursive, Attrs { set: 0, clear: RDONLY }, "the later option wins");
+        let m = parse_options(&opts(&["rnoatime"])).unwrap();
+        assert_eq!(m.recursive, Attrs { set: NOATIME, clear: ATIME });
+        let m = parse_options(&opts(&["rnoatime", "rrelatime"])).unwrap();
+        assert_eq!(m.recursive, Attrs { set: 0, clear: ATIME }, "relatime is the atime field's 0");
+        let m = parse_options(&opts(&["rstrictatime", "rnosymfollow"])).unwrap();
+        assert_eq!(m.recursive, Attrs { set: STRICTATIME | NOSYMFOLLOW, clear: ATIME });
     }
 }

@@ -7,7 +7,7 @@ use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use nix::sys::stat::fstat;
 
-use super::kernel::{locked_flags, mount};
+use super::kernel::{locked_flags, Kernel};
 use super::root::Root;
 use super::Result;
 use crate::error::InitError;
@@ -15,7 +15,7 @@ use crate::sys::fs::{fd_path, open_path};
 
 /// Bind `p` onto itself and remount it read-only. A path the image lacks is
 /// skipped, as the spec allows.
-pub(super) fn make_readonly(root: &Root, p: &Path) -> Result<()> {
+pub(super) fn make_readonly(k: &dyn Kernel, root: &Root, p: &Path) -> Result<()> {
     let field = |e: InitError| e.field("linux.readonlyPaths");
     let fd = match root.open_in(p, OFlag::O_PATH) {
         Ok(fd) => fd,
@@ -24,15 +24,15 @@ pub(super) fn make_readonly(root: &Root, p: &Path) -> Result<()> {
     };
     let target = fd_path(&fd);
     let shown = p.to_string_lossy();
-    mount(Some(&target), &target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &shown).map_err(field)?;
+    k.mount_at(Some(&target), &target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, &shown).map_err(field)?;
     let fresh = root.open_in(p, OFlag::O_PATH).map_err(|e| field(e.into()))?;
     let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_REC | locked_flags(&fresh);
-    mount(None, &fd_path(&fresh), None, flags, None, &shown).map_err(field)
+    k.mount_at(None, &fd_path(&fresh), None, flags, None, &shown).map_err(field)
 }
 
 /// Hide `p`: a directory gets an empty read-only tmpfs, anything else the
 /// host's /dev/null, checked to really be the null device first.
-pub(super) fn mask(root: &Root, p: &Path) -> Result<()> {
+pub(super) fn mask(k: &dyn Kernel, root: &Root, p: &Path) -> Result<()> {
     let field = |e: InitError| e.field("linux.maskedPaths");
     let fd = match root.open_in(p, OFlag::O_PATH) {
         Ok(fd) => fd,
@@ -43,11 +43,11 @@ pub(super) fn mask(root: &Root, p: &Path) -> Result<()> {
     let target = fd_path(&fd);
     let shown = p.to_string_lossy();
     if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-        mount(Some("tmpfs"), &target, Some("tmpfs"), MsFlags::MS_RDONLY, None, &shown).map_err(field)
+        k.mount_at(Some("tmpfs"), &target, Some("tmpfs"), MsFlags::MS_RDONLY, None, &shown).map_err(field)
     } else {
         let null = open_path(Path::new("/dev/null"), OFlag::O_PATH).map_err(|e| field(e.into()))?;
         verify_null(&null).map_err(field)?;
-        mount(Some(&fd_path(&null)), &target, None, MsFlags::MS_BIND, None, &shown).map_err(field)
+        k.mount_at(Some(&fd_path(&null)), &target, None, MsFlags::MS_BIND, None, &shown).map_err(field)
     }
 }
 

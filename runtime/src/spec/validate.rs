@@ -316,7 +316,7 @@ mod tests {
         let e = err(serde_json::json!({"linux": {"personality": {"domain": "LINUX32"}}}));
         assert!(e.contains("linux.personality"), "{e}");
         let e = err(
-            serde_json::json!({"mounts": [{"destination": "/x", "type": "bind", "source": "/tmp", "options": ["rro"]}]}),
+            serde_json::json!({"mounts": [{"destination": "/x", "type": "bind", "source": "/tmp", "options": ["idmap"]}]}),
         );
         assert!(e.contains("mounts[/x].options"), "{e}");
     }

@@ -185,9 +185,10 @@ pub(crate) fn open_tree_clone(path: &CStr) -> Result<OwnedFd, SysError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `mount_setattr(fd, "", AT_EMPTY_PATH)`: sets `attrs` (MOUNT_ATTR_*) on
-/// the mount `fd` refers to.
-pub(crate) fn mount_setattr(fd: &OwnedFd, attrs: u64) -> Result<(), SysError> {
+/// `mount_setattr(fd, "", AT_EMPTY_PATH)`: sets and clears MOUNT_ATTR_*
+/// bits on the mount `fd` refers to, and with `recursive` (AT_RECURSIVE)
+/// on every mount below it.
+pub(crate) fn mount_setattr(fd: impl AsFd, set: u64, clear: u64, recursive: bool) -> Result<(), SysError> {
     #[repr(C)]
     struct MountAttr {
         attr_set: u64,
@@ -195,21 +196,22 @@ pub(crate) fn mount_setattr(fd: &OwnedFd, attrs: u64) -> Result<(), SysError> {
         propagation: u64,
         userns_fd: u64,
     }
-    let attr = MountAttr { attr_set: attrs, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
     // SAFETY: the empty path is NUL-terminated, `attr` lives on our stack for
     // the call and its size is passed.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            fd.as_raw_fd(),
+            fd.as_fd().as_raw_fd(),
             c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
+            flags,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
     if ret < 0 {
-        return Err(SysError::new("mount_setattr", format_args!("attr_set={attrs:#x}"), Errno::last()));
+        return Err(SysError::new("mount_setattr", format_args!("set={set:#x} clear={clear:#x}"), Errno::last()));
     }
     Ok(())
 }
