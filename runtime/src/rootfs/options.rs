@@ -43,79 +43,79 @@ impl MountOptions {
 
 /// Splits OCI mount options into flags, propagation and data, as runc does.
 /// Options that would need features tinyrun lacks are refused by name.
+/// The (set, clear) mount flags of a flag option, as runc maps them.
+fn flag(opt: &str) -> Option<(MsFlags, MsFlags)> {
+    Some(match opt {
+        "defaults" => (MsFlags::empty(), MsFlags::empty()),
+        "ro" => (MsFlags::MS_RDONLY, MsFlags::empty()),
+        "rw" => (MsFlags::empty(), MsFlags::MS_RDONLY),
+        "suid" => (MsFlags::empty(), MsFlags::MS_NOSUID),
+        "nosuid" => (MsFlags::MS_NOSUID, MsFlags::empty()),
+        "dev" => (MsFlags::empty(), MsFlags::MS_NODEV),
+        "nodev" => (MsFlags::MS_NODEV, MsFlags::empty()),
+        "exec" => (MsFlags::empty(), MsFlags::MS_NOEXEC),
+        "noexec" => (MsFlags::MS_NOEXEC, MsFlags::empty()),
+        "sync" => (MsFlags::MS_SYNCHRONOUS, MsFlags::empty()),
+        "async" => (MsFlags::empty(), MsFlags::MS_SYNCHRONOUS),
+        "dirsync" => (MsFlags::MS_DIRSYNC, MsFlags::empty()),
+        "remount" => (MsFlags::MS_REMOUNT, MsFlags::empty()),
+        "mand" => (MsFlags::MS_MANDLOCK, MsFlags::empty()),
+        "nomand" => (MsFlags::empty(), MsFlags::MS_MANDLOCK),
+        "atime" => (MsFlags::empty(), MsFlags::MS_NOATIME),
+        "noatime" => (MsFlags::MS_NOATIME, MsFlags::empty()),
+        "diratime" => (MsFlags::empty(), MsFlags::MS_NODIRATIME),
+        "nodiratime" => (MsFlags::MS_NODIRATIME, MsFlags::empty()),
+        "relatime" => (MsFlags::MS_RELATIME, MsFlags::empty()),
+        "norelatime" => (MsFlags::empty(), MsFlags::MS_RELATIME),
+        "strictatime" => (MsFlags::MS_STRICTATIME, MsFlags::empty()),
+        "nostrictatime" => (MsFlags::empty(), MsFlags::MS_STRICTATIME),
+        "lazytime" => (MsFlags::MS_LAZYTIME, MsFlags::empty()),
+        "nolazytime" => (MsFlags::empty(), MsFlags::MS_LAZYTIME),
+        "silent" => (MsFlags::MS_SILENT, MsFlags::empty()),
+        "loud" => (MsFlags::empty(), MsFlags::MS_SILENT),
+        "iversion" => (MsFlags::MS_I_VERSION, MsFlags::empty()),
+        "noiversion" => (MsFlags::empty(), MsFlags::MS_I_VERSION),
+        "bind" => (MsFlags::MS_BIND, MsFlags::empty()),
+        "rbind" => (MsFlags::MS_BIND | MsFlags::MS_REC, MsFlags::empty()),
+        _ => return None,
+    })
+}
+
 pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitError> {
     let mut m = MountOptions::default();
     let mut data = Vec::new();
     for opt in options {
-        let (set, clear) = match opt.as_str() {
-            "defaults" => (MsFlags::empty(), MsFlags::empty()),
-            "ro" => (MsFlags::MS_RDONLY, MsFlags::empty()),
-            "rw" => (MsFlags::empty(), MsFlags::MS_RDONLY),
-            "suid" => (MsFlags::empty(), MsFlags::MS_NOSUID),
-            "nosuid" => (MsFlags::MS_NOSUID, MsFlags::empty()),
-            "dev" => (MsFlags::empty(), MsFlags::MS_NODEV),
-            "nodev" => (MsFlags::MS_NODEV, MsFlags::empty()),
-            "exec" => (MsFlags::empty(), MsFlags::MS_NOEXEC),
-            "noexec" => (MsFlags::MS_NOEXEC, MsFlags::empty()),
-            "sync" => (MsFlags::MS_SYNCHRONOUS, MsFlags::empty()),
-            "async" => (MsFlags::empty(), MsFlags::MS_SYNCHRONOUS),
-            "dirsync" => (MsFlags::MS_DIRSYNC, MsFlags::empty()),
-            "remount" => (MsFlags::MS_REMOUNT, MsFlags::empty()),
-            "mand" => (MsFlags::MS_MANDLOCK, MsFlags::empty()),
-            "nomand" => (MsFlags::empty(), MsFlags::MS_MANDLOCK),
-            "atime" => (MsFlags::empty(), MsFlags::MS_NOATIME),
-            "noatime" => (MsFlags::MS_NOATIME, MsFlags::empty()),
-            "diratime" => (MsFlags::empty(), MsFlags::MS_NODIRATIME),
-            "nodiratime" => (MsFlags::MS_NODIRATIME, MsFlags::empty()),
-            "relatime" => (MsFlags::MS_RELATIME, MsFlags::empty()),
-            "norelatime" => (MsFlags::empty(), MsFlags::MS_RELATIME),
-            "strictatime" => (MsFlags::MS_STRICTATIME, MsFlags::empty()),
-            "nostrictatime" => (MsFlags::empty(), MsFlags::MS_STRICTATIME),
-            "lazytime" => (MsFlags::MS_LAZYTIME, MsFlags::empty()),
-            "nolazytime" => (MsFlags::empty(), MsFlags::MS_LAZYTIME),
-            "silent" => (MsFlags::MS_SILENT, MsFlags::empty()),
-            "loud" => (MsFlags::empty(), MsFlags::MS_SILENT),
-            "iversion" => (MsFlags::MS_I_VERSION, MsFlags::empty()),
-            "noiversion" => (MsFlags::empty(), MsFlags::MS_I_VERSION),
-            "bind" => (MsFlags::MS_BIND, MsFlags::empty()),
-            "rbind" => (MsFlags::MS_BIND | MsFlags::MS_REC, MsFlags::empty()),
-            "private" | "rprivate" | "shared" | "rshared" | "slave" | "rslave" | "unbindable" | "runbindable" => {
-                m.propagation.push(propagation_flag(opt).unwrap_or(MsFlags::MS_PRIVATE));
-                continue;
-            }
-            o if o.starts_with('r') && recursive_attr(o).is_some() => {
-                let (set, clear) = recursive_attr(o).unwrap_or_default();
-                if clear & ATIME == ATIME {
-                    // The atime mode is one field, replaced whole (the
-                    // kernel wants all of it cleared to change it).
-                    m.recursive.set = (m.recursive.set & !ATIME) | set;
-                    m.recursive.clear |= ATIME;
-                } else {
-                    m.recursive.set = (m.recursive.set | set) & !clear;
-                    m.recursive.clear = (m.recursive.clear | clear) & !set;
-                }
-                continue;
-            }
-            "idmap" | "ridmap" => {
-                return Err(InitError::other(format!("mount option {opt:?}"), "id-mapped mounts are not supported"))
-            }
-            "tmpcopyup" => {
-                m.copy_up = true;
-                continue;
-            }
-            "notmpcopyup" => {
-                m.copy_up = false;
-                continue;
-            }
-            o => {
-                data.push(o.to_string());
-                continue;
-            }
-        };
-        m.flags = (m.flags | set) & !clear;
+        if let Some((set, clear)) = flag(opt) {
+            m.flags = (m.flags | set) & !clear;
+        } else if let Some(p) = propagation_flag(opt) {
+            m.propagation.push(p);
+        } else if let Some((set, clear)) = recursive_attr(opt) {
+            m.recursive.add(set, clear);
+        } else if opt == "idmap" || opt == "ridmap" {
+            return Err(InitError::other(format!("mount option {opt:?}"), "id-mapped mounts are not supported"));
+        } else if opt == "tmpcopyup" || opt == "notmpcopyup" {
+            m.copy_up = opt == "tmpcopyup";
+        } else {
+            data.push(opt.as_str());
+        }
     }
     m.data = data.join(",");
     Ok(m)
+}
+
+impl Attrs {
+    /// Adds one recursive option's bits; a later option wins. The atime
+    /// mode is one field, replaced whole (the kernel wants all of it
+    /// cleared to change it).
+    fn add(&mut self, set: u64, clear: u64) {
+        if clear & ATIME == ATIME {
+            self.set = (self.set & !ATIME) | set;
+            self.clear |= ATIME;
+        } else {
+            self.set = (self.set | set) & !clear;
+            self.clear = (self.clear | clear) & !set;
+        }
+    }
 }
 
 const RDONLY: u64 = 0x1;
