@@ -11,7 +11,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::pty::openpty;
 
 /// Kills a runtime we spawned if the test fails before it exits.
-struct ChildGuard(Child);
+pub struct ChildGuard(pub Child);
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         if matches!(self.0.try_wait(), Ok(None)) {

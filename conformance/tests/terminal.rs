@@ -11,13 +11,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::pty::{openpty, Winsize};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use serde_json::json;
+use tinyrun_conformance::terminal::ChildGuard;
 use tinyrun_conformance::{kv, require_root, Bundle, Runtime};
 
 /// The receiving end of `--console-socket`, as go-runc's `NewTempConsoleSocket`/conmon make it.
@@ -309,16 +310,6 @@ fn exec_tty_detached_console_socket() {
     assert!(o.stderr.contains("console socket"), "{o}");
 }
 
-/// Kills a foreground runtime we spawned ourselves, if the test fails before it exits.
-struct ChildGuard(Child);
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
 
 /// Run `argv` (after `--root R`) with its stdio on a fresh pty of `rows`x`cols`; type `input`
 /// once `ready` appears; return (exit code, everything the terminal showed).
