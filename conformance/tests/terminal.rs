@@ -310,7 +310,6 @@ fn exec_tty_detached_console_socket() {
     assert!(o.stderr.contains("console socket"), "{o}");
 }
 
-
 /// Run `argv` (after `--root R`) with its stdio on a fresh pty of `rows`x`cols`; type `input`
 /// once `ready` appears; return (exit code, everything the terminal showed).
 fn run_on_pty(rt: &Runtime, argv: &[&str], rows: u16, cols: u16, ready: &str, input: &str) -> (Option<i32>, String) {
