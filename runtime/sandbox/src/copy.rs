@@ -232,7 +232,15 @@ impl Writer {
     /// An existing directory of the box (never a symlink), or a new one.
     fn dir_at(&self, dir: &OwnedFd, name: &OsStr, perm: Mode, src: &Path) -> Result<OwnedFd> {
         match fsat::lstat_at(dir, name) {
-            Ok(st) if fsat::kind(&st) == SFlag::S_IFDIR => {}
+            // Merged into, and made the box user's like the rest of the copy.
+            Ok(st) if fsat::kind(&st) == SFlag::S_IFDIR => {
+                let sub = fsat::subdir(dir, name).map_err(|e| Error::Copy(format!("copy {}: {e}", src.display())))?;
+                let (uid, gid) = self.user;
+                nix::unistd::fchown(sub.as_raw_fd(), Some(uid.into()), Some(gid.into()))
+                    .map_err(|e| Error::io("chown", src, e.into()))?;
+                nix::sys::stat::fchmod(sub.as_raw_fd(), perm).map_err(|e| Error::io("chmod", src, e.into()))?;
+                return Ok(sub);
+            }
             found => {
                 if found.is_ok() {
                     fsat::remove_at(dir, name).map_err(|e| Error::io("replace in the box", src, e.into()))?;
