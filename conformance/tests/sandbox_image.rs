@@ -116,7 +116,11 @@ fn image_layers_owners_and_cache() {
         format!(
             "first run (unpacking 2 layers) {first_ms} ms: {:?} stderr {:?}; cached run {cached_ms} ms (exit {:?}); \
              no image {plain_ms} ms; layers in cache {layers_after_first:?}; --image DIR: {:?} {:?}",
-            first.stdout, first.stderr, cached.code(), dir.stdout, dir.stderr
+            first.stdout,
+            first.stderr,
+            cached.code(),
+            dir.stdout,
+            dir.stderr
         ),
     );
     assert!(first.ok(), "{first}");
@@ -276,12 +280,18 @@ fn copy_caps_and_report_writes() {
     let ci = format!("{}:/work/given", small.display());
     let (v, o) = sb.run_json(
         &["--copy-in", &ci, "--report-writes", "/work"],
-        &["sh", "-c", "echo hello > /work/new; mkdir /work/d; printf 12345 > /work/d/f; cat /work/given; ln -s x /work/l"],
+        &[
+            "sh",
+            "-c",
+            "echo hello > /work/new; mkdir /work/d; printf 12345 > /work/d/f; cat /work/given; ln -s x /work/l",
+        ],
     );
     let over_run = sb.run(&["--copy-in", &ci, "--copy-limit", "3"], &["true"]);
     let files: Vec<(String, u64)> = v["writes"]["files"]
         .as_array()
-        .map(|a| a.iter().map(|f| (f["path"].as_str().unwrap_or("").to_string(), f["size"].as_u64().unwrap_or(0))).collect())
+        .map(|a| {
+            a.iter().map(|f| (f["path"].as_str().unwrap_or("").to_string(), f["size"].as_u64().unwrap_or(0))).collect()
+        })
         .unwrap_or_default();
     saw(
         "copy_caps",

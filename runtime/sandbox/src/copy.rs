@@ -115,10 +115,12 @@ pub fn cp(root: &Path, from: &str, to: &str, limit: u64) -> Result<u64> {
             let fs = open(root, id)?;
             out_of_box(&fs, p, Path::new(to), &mut Budget::new(limit))
         }
-        (Some(_), Some(_)) => Err(Error::InvalidArgument("sandbox cp copies between the host and one box, not two".into())),
-        (None, None) => Err(Error::InvalidArgument(format!(
-            "sandbox cp: neither {from:?} nor {to:?} names a box path (ID:/PATH)"
-        ))),
+        (Some(_), Some(_)) => {
+            Err(Error::InvalidArgument("sandbox cp copies between the host and one box, not two".into()))
+        }
+        (None, None) => {
+            Err(Error::InvalidArgument(format!("sandbox cp: neither {from:?} nor {to:?} names a box path (ID:/PATH)")))
+        }
     }
 }
 
@@ -283,9 +285,9 @@ fn out_of_box(fs: &BoxFs, src: &Path, dst: &Path, budget: &mut Budget) -> Result
     let host_parent = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = host_parent.join(fsat::temp_name(&name));
     let mut r = Reader { budget, copied: 0 };
-    let done = r.get(&pfd, &name, fsat::kind(&st), &tmp, true).and_then(|()| {
-        std::fs::rename(&tmp, &target).map_err(|e| Error::io("rename", &target, e))
-    });
+    let done = r
+        .get(&pfd, &name, fsat::kind(&st), &tmp, true)
+        .and_then(|()| std::fs::rename(&tmp, &target).map_err(|e| Error::io("rename", &target, e)));
     if done.is_err() {
         let _ = std::fs::remove_dir_all(&tmp).or_else(|_| std::fs::remove_file(&tmp));
     }

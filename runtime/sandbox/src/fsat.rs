@@ -34,8 +34,8 @@ impl Tree {
     /// Opens `host`, a directory the runtime made (its own path is trusted).
     pub(crate) fn open(host: &Path) -> Result<Tree> {
         let flags = OFlag::O_DIRECTORY | OFlag::O_RDONLY;
-        let fd = sys::openat(libc::AT_FDCWD, host, flags, Mode::empty())
-            .map_err(|e| Error::io("open", host, e.into()))?;
+        let fd =
+            sys::openat(libc::AT_FDCWD, host, flags, Mode::empty()).map_err(|e| Error::io("open", host, e.into()))?;
         Ok(Tree { fd, host: host.to_path_buf() })
     }
 
@@ -62,8 +62,11 @@ impl Tree {
             fd = match self.dir(&at) {
                 Ok(fd) => fd,
                 Err(Errno::ENOENT) => {
-                    match nix::sys::stat::mkdirat(Some(fd.as_raw_fd()), name.as_os_str(), Mode::from_bits_truncate(0o755))
-                    {
+                    match nix::sys::stat::mkdirat(
+                        Some(fd.as_raw_fd()),
+                        name.as_os_str(),
+                        Mode::from_bits_truncate(0o755),
+                    ) {
                         Ok(()) => chown_at(&fd, &name, owner)?,
                         Err(Errno::EEXIST) => {}
                         Err(e) => return Err(e),
@@ -117,13 +120,7 @@ pub(crate) fn subdir(dir: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
 
 /// `fchownat(dir, name, AT_SYMLINK_NOFOLLOW)`.
 pub(crate) fn chown_at(dir: &OwnedFd, name: &OsStr, (uid, gid): (u32, u32)) -> Result<(), Errno> {
-    nix::unistd::fchownat(
-        Some(dir.as_raw_fd()),
-        name,
-        Some(uid.into()),
-        Some(gid.into()),
-        AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
+    nix::unistd::fchownat(Some(dir.as_raw_fd()), name, Some(uid.into()), Some(gid.into()), AtFlags::AT_SYMLINK_NOFOLLOW)
 }
 
 /// The names in directory `dir` (an fd of it), without `.` and `..`.

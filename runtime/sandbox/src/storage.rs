@@ -150,8 +150,10 @@ fn writable_dir(tree: &Tree, name: &str, (uid, gid): (u32, u32), mode: u32) -> R
         Err(e) => return Err(Error::io("stat", at(), e.into())),
     }
     let d = fsat::subdir(root, n).map_err(|e| Error::io("open", at(), e.into()))?;
-    nix::unistd::fchown(d.as_raw_fd(), Some(uid.into()), Some(gid.into())).map_err(|e| Error::io("chown", at(), e.into()))?;
-    nix::sys::stat::fchmod(d.as_raw_fd(), Mode::from_bits_truncate(mode)).map_err(|e| Error::io("chmod", at(), e.into()))
+    nix::unistd::fchown(d.as_raw_fd(), Some(uid.into()), Some(gid.into()))
+        .map_err(|e| Error::io("chown", at(), e.into()))?;
+    nix::sys::stat::fchmod(d.as_raw_fd(), Mode::from_bits_truncate(mode))
+        .map_err(|e| Error::io("chmod", at(), e.into()))
 }
 
 /// Detaches every mount at or below `dir` (a box's bundle dir), deepest
@@ -181,7 +183,8 @@ fn unescape(field: &str) -> PathBuf {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let oct = b.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
+        let oct =
+            b.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
         match (b[i], oct) {
             (b'\\', Some(c)) => {
                 out.push(c);

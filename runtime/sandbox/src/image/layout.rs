@@ -99,7 +99,7 @@ fn this_arch() -> &'static str {
 
 /// The index's manifest for linux on this machine's architecture (or the
 /// only one, when it names no platform).
-fn pick<'a>(manifests: &'a [Descriptor]) -> Result<&'a Descriptor, String> {
+fn pick(manifests: &[Descriptor]) -> Result<&Descriptor, String> {
     let fits = |d: &&Descriptor| match d.platform() {
         Some(p) => p.os().to_string() == "linux" && p.architecture().to_string() == this_arch(),
         None => true,
@@ -148,7 +148,11 @@ fn manifest(layout: &Path, d: &Descriptor) -> Result<Image, String> {
         if !(media.contains("layer") || media.contains("rootfs.diff")) {
             return Err(format!("layer sha256 {} has media type {media:?}, not a layer", l.digest()));
         }
-        layers.push(Layer { digest: sha256_hex(l.digest().as_ref())?, size: l.size(), diff_id: Some(sha256_hex(diff)?) });
+        layers.push(Layer {
+            digest: sha256_hex(l.digest().as_ref())?,
+            size: l.size(),
+            diff_id: Some(sha256_hex(diff)?),
+        });
     }
     let env = config.config().as_ref().and_then(|c| c.env().clone()).unwrap_or_default();
     Ok(Image { manifest: sha256_hex(d.digest().as_ref())?, layers, env })

@@ -96,7 +96,11 @@ pub(crate) fn prepare(root: &Path, src: &Source, base: u32, limits: Limits) -> R
         Source::Layout(p) => {
             let image = layout::read(p).map_err(|e| image_error(p, &e))?;
             let dir = root.join(CACHE).join(base.to_string()).join("sha256");
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| Error::io("create", &dir, e))?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| Error::io("create", &dir, e))?;
             let mut lowers = Vec::new();
             for l in &image.layers {
                 lowers.push(ensure_layer(p, &dir, l, IdShift { base }, limits).map_err(|e| image_error(p, &e))?);

@@ -154,8 +154,12 @@ fn whiteouts_become_overlay_markers() {
     use tar::EntryType as T;
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("layer");
-    unpack_into(&d, &[e("etc/", T::Directory), e("etc/.wh.gone", T::Regular), e("opq/.wh..wh..opq", T::Regular)], Limits::default())
-        .unwrap();
+    unpack_into(
+        &d,
+        &[e("etc/", T::Directory), e("etc/.wh.gone", T::Regular), e("opq/.wh..wh..opq", T::Regular)],
+        Limits::default(),
+    )
+    .unwrap();
     let m = std::fs::symlink_metadata(d.join("etc/gone")).unwrap();
     assert!(m.file_type().is_char_device() && m.rdev() == 0, "whiteout is a 0:0 char device");
     let opq = std::ffi::CString::new(d.join("opq").to_str().unwrap()).unwrap();
@@ -222,7 +226,11 @@ fn layers_are_verified_cached_once_and_never_half_there() {
     assert_eq!(std::fs::read(&main).unwrap(), b"print(1)");
     let ino = std::fs::metadata(&main).unwrap().ino();
     let again = prepare(&state, &src, BASE, Limits::default()).unwrap();
-    assert_eq!(std::fs::metadata(again.lowers[0].join("app/main.py")).unwrap().ino(), ino, "cached, not unpacked again");
+    assert_eq!(
+        std::fs::metadata(again.lowers[0].join("app/main.py")).unwrap().ino(),
+        ino,
+        "cached, not unpacked again"
+    );
     let cache = state.join(super::CACHE);
     assert_eq!(std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777, 0o700);
 
