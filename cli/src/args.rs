@@ -107,13 +107,20 @@ pub(crate) enum SandboxCommand {
     /// run a command in a new sandbox, then remove every trace of it
     Run(SandboxRunArgs),
     /// make a persistent sandbox and print its id
-    Launch(SandboxSizeArgs),
+    Launch(SandboxLaunchArgs),
     /// run a command in a persistent sandbox (its files persist between calls)
     Exec(SandboxExecArgs),
     /// an interactive shell in a persistent sandbox
     Shell(SandboxIdArg),
     /// remove a persistent sandbox
     Terminate(SandboxIdArg),
+    /// copy files into or out of a persistent sandbox: cp HOSTPATH ID:/BOXPATH, or cp ID:/BOXPATH HOSTPATH
+    ///
+    /// Box paths are resolved inside the box (a symlink the box planted can't lead to the host); a symlink is
+    /// copied as a symlink, never followed, and copying in replaces whatever the box has at the path. Without
+    /// --image only /work and /tmp can be copied. An existing directory at the destination takes a file under its
+    /// name, or a directory's contents.
+    Cp(SandboxCpArgs),
     /// list sandboxes
     List(SandboxListArgs),
     /// manage the pool of pre-started sandboxes
@@ -153,6 +160,10 @@ pub(crate) struct SandboxSizeArgs {
     /// use this OCI bundle's root filesystem
     #[arg(long, value_name = "DIR")]
     pub bundle: Option<PathBuf>,
+    /// use an image as the read-only root, with writes going to a tmpfs of --tmpfs-size: a root filesystem
+    /// directory, or an OCI image layout directory (its layers are unpacked once into <root>/sandbox-images)
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["rootfs", "bundle"])]
+    pub image: Option<PathBuf>,
     /// set an environment variable (repeatable)
     #[arg(short, long, value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -181,12 +192,47 @@ pub(crate) struct SandboxRunArgs {
     /// most bytes of stdout and of stderr kept with --json
     #[arg(long, value_name = "SIZE", default_value = "1M")]
     pub output_cap: String,
+    #[command(flatten)]
+    pub files: SandboxFilesArgs,
+    /// with --json, list the files the command wrote under this box directory (e.g. /work)
+    #[arg(long, value_name = "DIR")]
+    pub report_writes: Option<PathBuf>,
     /// take a pre-started sandbox from the pool (see `sandbox pool fill`)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub pool: bool,
     /// the command and its arguments
     #[arg(required = true, last = true)]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SandboxFilesArgs {
+    /// put host file or directory SRC at box path DST before the command runs, owned by the box's user
+    /// (repeatable)
+    #[arg(long, value_name = "SRC:DST")]
+    pub copy_in: Vec<String>,
+    /// the cap on the bytes copied (all --copy-in together, or one cp), e.g. 100M (default 1G)
+    #[arg(long, value_name = "SIZE")]
+    pub copy_limit: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxLaunchArgs {
+    #[command(flatten)]
+    pub size: SandboxSizeArgs,
+    #[command(flatten)]
+    pub files: SandboxFilesArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxCpArgs {
+    /// the cap on the bytes copied, e.g. 100M (default 1G)
+    #[arg(long, value_name = "SIZE")]
+    pub copy_limit: Option<String>,
+    /// what to copy: a host path, or ID:/PATH in a sandbox
+    pub src: String,
+    /// where to: ID:/PATH in a sandbox, or a host path
+    pub dst: String,
 }
 
 #[derive(Debug, Args)]

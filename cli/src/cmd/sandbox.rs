@@ -1,9 +1,9 @@
 use std::io::Write;
 use std::path::Path;
 
-use tinyrun_sandbox::{self as sandbox, parse_duration, parse_size, IdRange, Preset, SandboxOptions};
+use tinyrun_sandbox::{self as sandbox, parse_duration, parse_size, CopyIn, IdRange, Preset, SandboxOptions};
 
-use crate::args::{ListFormat, SandboxCommand, SandboxPoolCommand, SandboxSizeArgs};
+use crate::args::{ListFormat, SandboxCommand, SandboxFilesArgs, SandboxPoolCommand, SandboxSizeArgs};
 
 pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     // The runtime's own errors go up as they are: main re-executes from a
@@ -19,6 +19,8 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     match c {
         SandboxCommand::Run(a) => {
             let mut opts = options(&a.size)?;
+            files(&mut opts, &a.files)?;
+            opts.report_writes = a.report_writes.clone();
             opts.output_cap = usize::try_from(parse_size(&a.output_cap)?).unwrap_or(usize::MAX);
             let res = if a.pool {
                 sandbox::run_pooled(root, &opts, &a.command, a.json)?
@@ -32,7 +34,14 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             Ok(u8::try_from(res.status()).unwrap_or(255))
         }
         SandboxCommand::Launch(a) => {
-            outln!("{}", sandbox::launch(root, &options(a)?, "sbx")?);
+            let mut opts = options(&a.size)?;
+            files(&mut opts, &a.files)?;
+            outln!("{}", sandbox::launch(root, &opts, "sbx")?);
+            Ok(0)
+        }
+        SandboxCommand::Cp(a) => {
+            let limit = a.copy_limit.as_deref().map(parse_size).transpose()?.unwrap_or(sandbox::DEFAULT_COPY_LIMIT);
+            sandbox::cp(root, &a.src, &a.dst, limit)?;
             Ok(0)
         }
         SandboxCommand::Exec(a) => {
@@ -64,6 +73,18 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     }
 }
 
+/// `--copy-in` and `--copy-limit`.
+fn files(o: &mut SandboxOptions, a: &SandboxFilesArgs) -> anyhow::Result<()> {
+    o.copy_in = a.copy_in.iter().map(|c| c.parse::<CopyIn>()).collect::<Result<_, _>>()?;
+    for c in &mut o.copy_in {
+        c.src = super::absolute(&c.src);
+    }
+    if let Some(l) = &a.copy_limit {
+        o.copy_limit = parse_size(l)?;
+    }
+    Ok(())
+}
+
 /// A preset (default: the defaults) with any explicit size on top.
 fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
     let mut o = match &a.preset {
@@ -89,6 +110,7 @@ fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
     }
     o.rootfs = a.rootfs.as_deref().map(super::absolute);
     o.bundle = a.bundle.as_deref().map(super::absolute);
+    o.image = a.image.as_deref().map(super::absolute);
     o.env = a.env.clone();
     o.loopback = match a.network.as_str() {
         "loopback" => true,

@@ -39,6 +39,13 @@ pub enum Error {
     /// a signal).
     #[error("{0}")]
     InvalidState(String),
+    /// An image could not be used: it doesn't parse, doesn't match its
+    /// digests, or breaks a rule or a cap of unpacking.
+    #[error("{0}")]
+    Image(String),
+    /// A copy into or out of a box was refused or failed.
+    #[error("{0}")]
+    Copy(String),
     /// The box's spec or the shipped seccomp profile could not be made.
     #[error("{0}")]
     InvalidSpec(String),

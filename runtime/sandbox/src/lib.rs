@@ -14,20 +14,27 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod copy;
 mod error;
+mod fsat;
 mod ids;
+mod image;
 mod options;
 mod pool;
 mod run;
 mod spec;
+mod storage;
 mod sys;
 mod wait;
+mod writes;
 
 #[cfg(test)]
 mod tests;
 
+pub use copy::{cp, CopyIn, DEFAULT_COPY_LIMIT};
 pub use error::{Error, Result};
 pub use ids::IdRange;
 pub use options::{parse_duration, parse_size, Preset, SandboxOptions};
 pub use pool::{fill as pool_fill, take as pool_take};
 pub use run::{exec, launch, list, run, run_pooled, shell, terminate, Output, SandboxResult};
+pub use writes::{Writes, Written};

@@ -69,6 +69,16 @@ pub struct SandboxOptions {
     pub output_cap: usize,
     /// The pool each box's own range of 65536 host ids is taken from.
     pub host_ids: IdRange,
+    /// `--image`: a root filesystem or OCI image layout directory, the
+    /// read-only lower layer of the box's root.
+    pub image: Option<PathBuf>,
+    /// `--copy-in`: host files put into the box before the command runs.
+    pub copy_in: Vec<crate::copy::CopyIn>,
+    /// The cap on the bytes of all `--copy-in`s together.
+    pub copy_limit: u64,
+    /// `--report-writes`: the box directory whose new and changed files
+    /// the result lists.
+    pub report_writes: Option<PathBuf>,
 }
 
 impl Default for SandboxOptions {
@@ -102,6 +112,10 @@ impl SandboxOptions {
             no_seccomp: false,
             output_cap: 1 << 20,
             host_ids: IdRange::default(),
+            image: None,
+            copy_in: Vec::new(),
+            copy_limit: crate::copy::DEFAULT_COPY_LIMIT,
+            report_writes: None,
         }
     }
 }

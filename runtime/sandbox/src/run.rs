@@ -47,6 +47,9 @@ pub struct SandboxResult {
     pub stdout: Output,
     /// The command's stderr.
     pub stderr: Output,
+    /// With `--report-writes`: the files the command wrote there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writes: Option<crate::writes::Writes>,
 }
 
 impl SandboxResult {
@@ -99,7 +102,10 @@ fn remove_box(root: &Path, id: &str) -> Result<()> {
 /// What is left of box `id` once its state is gone: its bundle, then its
 /// host ids.
 fn remove_rest(root: &Path, id: &str) -> Result<()> {
-    let removed = remove_dir(&dirs(root).1.join(id));
+    let bundle = dirs(root).1.join(id);
+    // Unmounted first: removing the dir must not reach into the box's files.
+    super::storage::release(&bundle)?;
+    let removed = remove_dir(&bundle);
     removed.and(Allocator::new(root).release(id))
 }
 
@@ -115,6 +121,7 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
     let result = (|| {
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, opts, cmd, host_id)?;
+        let watch = files_in(&bundle, opts)?;
         let mut io = Capture::new(capture)?;
         let stdio = io.stdio();
         // The box dies with this process, even by SIGKILL: nothing would
@@ -132,7 +139,8 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         let pid = Pid::from_raw(c.pid());
         c.start()?;
         drop(c);
-        finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)
+        let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)?;
+        writes_into(res, watch)
     })();
     let cleanup = remove_box(root, &id);
     match (result, cleanup) {
@@ -150,16 +158,29 @@ fn remove_dir(p: &Path) -> Result<()> {
     }
 }
 
+/// Puts `--copy-in`'s files into the box whose bundle dir is `bundle`, and
+/// starts watching `--report-writes`'s dir.
+fn files_in(bundle: &Path, opts: &SandboxOptions) -> Result<Option<crate::writes::Watch>> {
+    super::copy::copy_ins(bundle, &opts.copy_in, opts.copy_limit)?;
+    opts.report_writes.as_deref().map(|d| crate::writes::watch(bundle, d)).transpose()
+}
+
+fn writes_into(mut res: SandboxResult, watch: Option<crate::writes::Watch>) -> Result<SandboxResult> {
+    res.writes = watch.map(crate::writes::Watch::report).transpose()?;
+    Ok(res)
+}
+
 /// Runs `cmd` in a sandbox taken from the pool (a fresh one if the pool is
 /// empty), removes it, and starts a detached refill.
 pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) -> Result<SandboxResult> {
     let Some(id) = super::pool::take(root, opts)? else {
         return run(root, opts, cmd, capture);
     };
-    let (rt, _) = dirs(root);
+    let (rt, bundles) = dirs(root);
     let started = Instant::now();
     let _signals = Interrupts::block()?;
     let result = (|| {
+        let watch = files_in(&bundles.join(&id), opts)?;
         let c = rt.load(&id)?;
         let mut p = c.exec_process(&ProcessOverrides {
             args: cmd.to_vec(),
@@ -181,7 +202,8 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
             stdio,
         })?;
         let (out_r, err_r) = io.readers();
-        finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)
+        let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)?;
+        writes_into(res, watch)
     })();
     // Removing the used box and starting its replacement happen after the
     // caller has its answer: that is the point of a pool.
@@ -220,6 +242,7 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
     let made = (|| -> Result<()> {
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle, host_id)?;
+        super::copy::copy_ins(&bundle, &opts.copy_in, opts.copy_limit)?;
         let null = Path::new("/dev/null");
         let devnull =
             std::fs::OpenOptions::new().read(true).write(true).open(null).map_err(|e| Error::io("open", null, e))?;

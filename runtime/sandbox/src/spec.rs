@@ -8,6 +8,8 @@ use sha2::{Digest, Sha256};
 use super::ids::BLOCK;
 use super::options::SandboxOptions;
 use crate::error::{Error, Result};
+use crate::image::{self, Source};
+use crate::storage;
 
 /// Inside the box the program runs as this user, mapped (with the rest of
 /// ids 0..65535) to the box's own range of host ids (see [`super::ids`]).
@@ -45,6 +47,8 @@ enum Root {
     /// host's directories (in the mounts) and these symlinks (path inside
     /// the root, target), which copy the host's merged-/usr layout.
     Skeleton(Vec<(PathBuf, PathBuf)>),
+    /// `--image`: an overlay over the image, mounted in the bundle dir.
+    Image(Source),
 }
 
 /// The parts of a box's spec that come from the host or the options' paths,
@@ -54,8 +58,12 @@ struct Plan {
     mounts: Vec<Value>,
 }
 
-fn plan(opts: &SandboxOptions) -> Result<Plan> {
-    let mut mounts = base_mounts(opts);
+/// `scratch` is where the box's storage is mounted (module `storage`).
+fn plan(opts: &SandboxOptions, scratch: &Path) -> Result<Plan> {
+    if let Some(img) = &opts.image {
+        return Ok(Plan { root: Root::Image(Source::open(img)?), mounts: base_mounts(opts, None) });
+    }
+    let mut mounts = base_mounts(opts, Some(scratch));
     let root = match (&opts.rootfs, &opts.bundle) {
         (Some(r), _) => Root::Given(std::fs::canonicalize(r).map_err(io("open --rootfs", r))?),
         (None, Some(b)) => Root::Given(bundle_rootfs(b)?),
@@ -68,20 +76,25 @@ fn plan(opts: &SandboxOptions) -> Result<Plan> {
 /// box `id`, whose ids inside map to host ids `host_id..host_id + 65536`.
 pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[String], host_id: u32) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io("create sandbox bundle", dir))?;
-    let Plan { root, mounts } = plan(opts)?;
-    let root = match root {
-        Root::Given(r) => r,
+    let Plan { root, mounts } = plan(opts, &dir.join(storage::SCRATCH))?;
+    storage::mount_scratch(dir, opts.tmpfs_size, host_id, matches!(root, Root::Image(_)))?;
+    let (root, image_env) = match root {
+        Root::Given(r) => (r, None),
         Root::Skeleton(links) => {
             let rootfs = dir.join("rootfs");
             skeleton(&rootfs, &links)?;
-            rootfs
+            (rootfs, None)
+        }
+        Root::Image(src) => {
+            let img = image::prepare(storage::state_root(dir), &src, host_id, image::Limits::default())?;
+            (storage::mount_image(dir, &img, host_id)?, Some(img.env))
         }
     };
     // Made here, as the host's root, the way runc makes mount points: the
     // box's own root can't create them in a root filesystem it doesn't own.
     mountpoints(&root, &mounts)?;
     reachable(&root)?;
-    let spec = spec_json(id, &root, opts, args, mounts, host_id)?;
+    let spec = spec_json(id, &root, opts, args, mounts, host_id, image_env.as_deref())?;
     let path = dir.join("config.json");
     let bytes = serde_json::to_vec(&spec).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     std::fs::write(&path, bytes).map_err(io("write", &path))
@@ -98,19 +111,21 @@ const PER_BOX: [&str; 4] = ["/process/args", "/linux/cgroupsPath", "/linux/uidMa
 /// and output cap, which each run applies itself, and the pool of host ids,
 /// which only picks where the box's own range comes from.
 pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
-    let Plan { root, mounts } = plan(opts)?;
-    let (root, links) = match root {
-        Root::Given(r) => (r, Vec::new()),
-        // The skeleton lives in the box's own bundle dir.
-        Root::Skeleton(links) => (PathBuf::new(), links),
+    // The storage, skeleton and overlay live in the box's own bundle dir.
+    let Plan { root, mounts } = plan(opts, Path::new(storage::SCRATCH))?;
+    let (root, links, image) = match root {
+        Root::Given(r) => (r, Vec::new(), None),
+        Root::Skeleton(links) => (PathBuf::new(), links, None),
+        Root::Image(src) => (PathBuf::new(), Vec::new(), Some(src.identity()?)),
     };
-    let mut spec = spec_json("", &root, opts, &[], mounts, 0)?;
+    let env = image.as_ref().map(|_| Vec::new());
+    let mut spec = spec_json("", &root, opts, &[], mounts, 0, env.as_deref())?;
     for field in PER_BOX {
         if let Some(v) = spec.pointer_mut(field) {
             *v = Value::Null;
         }
     }
-    let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback});
+    let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback, "image": image});
     let bytes = serde_json::to_vec(&whole).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     let sum = Sha256::digest(&bytes);
     Ok(sum.iter().take(8).map(|b| format!("{b:02x}")).collect())
@@ -203,9 +218,11 @@ fn bind_ro(src: &Path, dest: &str) -> Value {
     json!({"destination": dest, "type": "bind", "source": src, "options": ["rbind", "ro", "nosuid", "nodev"]})
 }
 
-fn base_mounts(opts: &SandboxOptions) -> Vec<Value> {
+/// The mounts of every box. /tmp and /work come from the box's storage at
+/// `scratch`; with an image (`None`) they are directories of its overlay.
+fn base_mounts(opts: &SandboxOptions, scratch: Option<&Path>) -> Vec<Value> {
     let tmpfs = format!("size={}", opts.tmpfs_size);
-    vec![
+    let mut mounts = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
                "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
@@ -215,11 +232,14 @@ fn base_mounts(opts: &SandboxOptions) -> Vec<Value> {
                "options": ["nosuid", "noexec", "nodev", "mode=1777", tmpfs]}),
         json!({"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue", "options": ["nosuid", "noexec", "nodev"]}),
         json!({"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]}),
-        json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-               "options": ["nosuid", "nodev", "mode=1777", tmpfs]}),
-        json!({"destination": "/work", "type": "tmpfs", "source": "tmpfs",
-               "options": ["nosuid", "nodev", "mode=0755", format!("uid={SANDBOX_UID}"), format!("gid={SANDBOX_UID}"), tmpfs]}),
-    ]
+    ];
+    if let Some(scratch) = scratch {
+        for d in ["tmp", "work"] {
+            mounts.push(json!({"destination": format!("/{d}"), "type": "bind", "source": scratch.join(d),
+                               "options": ["bind", "nosuid", "nodev"]}));
+        }
+    }
+    mounts
 }
 
 fn spec_json(
@@ -229,14 +249,15 @@ fn spec_json(
     args: &[String],
     mounts: Vec<Value>,
     host_id: u32,
+    image_env: Option<&[String]>,
 ) -> Result<Value> {
-    let mut env = vec![
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
-        "HOME=/work".to_string(),
-        "TMPDIR=/tmp".to_string(),
-        "LANG=C.UTF-8".to_string(),
+    let defaults = [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/work",
+        "TMPDIR=/tmp",
+        "LANG=C.UTF-8",
     ];
-    env.extend(opts.env.iter().cloned());
+    let env = merge_env(&defaults, image_env.unwrap_or_default(), &opts.env);
     // Options made cpus positive and finite; `as` saturates anyway.
     #[allow(clippy::cast_possible_truncation, reason = "a quota in microseconds per 100 ms period")]
     let quota = (opts.cpus * 100_000.0).round().max(1000.0) as i64;
@@ -273,12 +294,28 @@ fn spec_json(
             "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0}],
             "noNewPrivileges": true
         },
-        "root": {"path": root, "readonly": !opts.writable_root},
+        "root": {"path": root, "readonly": !opts.writable_root && image_env.is_none()},
         "hostname": "sandbox",
         "mounts": mounts,
         "annotations": annotations,
         "linux": linux
     }))
+}
+
+/// The box's environment: our defaults, then the image's (but HOME and
+/// TMPDIR stay ours: the box's home is /work), then the caller's; a later
+/// NAME replaces an earlier one in place.
+fn merge_env(defaults: &[&str], image: &[String], caller: &[String]) -> Vec<String> {
+    let mut env: Vec<String> = defaults.iter().map(|s| s.to_string()).collect();
+    let ours = |v: &&String| !(v.starts_with("HOME=") || v.starts_with("TMPDIR="));
+    for v in image.iter().filter(ours).chain(caller) {
+        let name = v.split_once('=').map_or(v.as_str(), |(n, _)| n);
+        match env.iter_mut().find(|e| e.split_once('=').map_or(e.as_str(), |(n, _)| n) == name) {
+            Some(e) => e.clone_from(v),
+            None => env.push(v.clone()),
+        }
+    }
+    env
 }
 
 /// The shipped allowlist; a profile that doesn't parse is an error, never

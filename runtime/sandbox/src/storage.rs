@@ -1,0 +1,259 @@
+//! A box's writable storage, kept on the host side so the runtime can copy
+//! files into and out of a box through its own paths, never through the
+//! box's live /proc. Runs in the runtime process.
+//!
+//! Every box gets one tmpfs, `<bundle>/scratch`, of `--tmpfs-size`:
+//! - with the default root (or `--rootfs`/`--bundle`), `scratch/work` and
+//!   `scratch/tmp` are bound at /work and /tmp, so the scratch directory
+//!   is the box's writable world seen from `/`;
+//! - with an image, `scratch/upper` (and overlay's `scratch/ovl`) is the
+//!   upper layer of an overlay mounted at `<bundle>/rootfs` over the
+//!   image's read-only layers: every write in the box, /work and /tmp
+//!   included, lands in the tmpfs, and the image is never written.
+//!
+//! The mounts live as long as the box: made when its bundle is written,
+//! detached by [`release`] when it is removed (terminate, the end of a
+//! one-shot run, or the garbage collection of a crashed run's box). They
+//! are private mounts, so none propagates to another mount namespace.
+
+use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::mount::{MntFlags, MsFlags};
+use nix::sys::stat::{Mode, SFlag};
+
+use crate::error::{Error, Result};
+use crate::fsat::{self, Tree};
+use crate::image::Prepared;
+use crate::spec::SANDBOX_UID;
+
+/// The tmpfs under a box's bundle dir.
+pub(crate) const SCRATCH: &str = "scratch";
+const UPPER: &str = "upper";
+const OVL_WORK: &str = "ovl";
+
+/// Where bundles live: `<root>/sandbox-bundles/<id>`; the runtime root of
+/// a bundle dir.
+pub(crate) fn state_root(bundle: &Path) -> &Path {
+    bundle.parent().and_then(Path::parent).unwrap_or(Path::new("/"))
+}
+
+fn mount_error<'a>(what: &'static str, target: &'a Path) -> impl FnOnce(Errno) -> Error + 'a {
+    move |e| Error::io(what, target, e.into())
+}
+
+/// Mounts `dir/scratch`: a tmpfs of `size` bytes for a box whose ids start
+/// at host id `base`; without `image`, its `work` and `tmp` are made.
+pub(crate) fn mount_scratch(dir: &Path, size: u64, base: u32, image: bool) -> Result<PathBuf> {
+    let scratch = dir.join(SCRATCH);
+    std::fs::DirBuilder::new().mode(0o711).create(&scratch).map_err(|e| Error::io("create", &scratch, e))?;
+    // 0711: the box's root, an unprivileged host uid, must reach the binds'
+    // sources; nobody may list or read what the box wrote.
+    let data = format!("size={size},mode=0711");
+    nix::mount::mount(
+        Some("tmpfs"),
+        &scratch,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(mount_error("mount sandbox storage (tmpfs) on", &scratch))?;
+    private(&scratch)?;
+    let dirs: &[(&str, u32, u32)] = if image {
+        &[(UPPER, 0, 0o755), (OVL_WORK, 0, 0o700)]
+    } else {
+        &[("work", SANDBOX_UID, 0o755), ("tmp", 0, 0o1777)]
+    };
+    for (name, owner, mode) in dirs {
+        let p = scratch.join(name);
+        std::fs::create_dir(&p).map_err(|e| Error::io("create", &p, e))?;
+        std::os::unix::fs::chown(&p, Some(base + owner), Some(base + owner)).map_err(|e| Error::io("chown", &p, e))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).map_err(|e| Error::io("chmod", &p, e))?;
+    }
+    Ok(scratch)
+}
+
+fn private(target: &Path) -> Result<()> {
+    nix::mount::mount(None::<&str>, target, None::<&str>, MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(mount_error("make private", target))
+}
+
+/// Mounts the overlay of image `img` at `dir/rootfs` over the scratch
+/// tmpfs (see [`mount_scratch`]) and makes its /work and /tmp; returns the
+/// root filesystem's path.
+pub(crate) fn mount_image(dir: &Path, img: &Prepared, base: u32) -> Result<PathBuf> {
+    let scratch = dir.join(SCRATCH);
+    let (upper, ovl) = (scratch.join(UPPER), scratch.join(OVL_WORK));
+    // The merged root takes the upper directory's owner and mode: give it
+    // the image's.
+    let top = img.lowers.first().ok_or_else(|| Error::Image("image has no layers".into()))?;
+    let meta = std::fs::metadata(top).map_err(|e| Error::io("stat", top, e))?;
+    std::os::unix::fs::chown(&upper, Some(meta.uid()), Some(meta.gid())).map_err(|e| Error::io("chown", &upper, e))?;
+    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
+        .map_err(|e| Error::io("chmod", &upper, e))?;
+    let data = overlay_options(&img.lowers, &upper, &ovl)?;
+    let rootfs = dir.join("rootfs");
+    std::fs::create_dir_all(&rootfs).map_err(|e| Error::io("create", &rootfs, e))?;
+    nix::mount::mount(
+        Some("overlay"),
+        &rootfs,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )
+    .map_err(mount_error("mount image overlay on", &rootfs))?;
+    private(&rootfs)?;
+    let tree = Tree::open(&rootfs)?;
+    writable_dir(&tree, "work", (base + SANDBOX_UID, base + SANDBOX_UID), 0o755)?;
+    writable_dir(&tree, "tmp", (base, base), 0o1777)?;
+    Ok(rootfs)
+}
+
+/// The overlay's mount data; paths that would break its syntax, or more
+/// layers than one page of options holds, are refused.
+fn overlay_options(lowers: &[PathBuf], upper: &Path, work: &Path) -> Result<String> {
+    let all = lowers.iter().map(PathBuf::as_path).chain([upper, work]);
+    for p in all {
+        if p.to_str().is_none_or(|s| s.contains([',', ':', '\\'])) {
+            return Err(Error::Image(format!(
+                "path {} can't be an overlay layer (it has a comma, colon or backslash, or isn't UTF-8)",
+                p.display()
+            )));
+        }
+    }
+    let lower: Vec<String> = lowers.iter().map(|p| p.display().to_string()).collect();
+    let data = format!("lowerdir={},upperdir={},workdir={}", lower.join(":"), upper.display(), work.display());
+    if data.len() >= 4096 {
+        return Err(Error::Image(format!(
+            "the image's {} layers don't fit in one overlay mount's options (4095 bytes); use a shorter --root",
+            lowers.len()
+        )));
+    }
+    Ok(data)
+}
+
+/// Makes `/name` a directory owned by `owner` with `mode` (in the upper
+/// layer, so the image is untouched); anything else by that name in the
+/// image is an error.
+fn writable_dir(tree: &Tree, name: &str, (uid, gid): (u32, u32), mode: u32) -> Result<()> {
+    let root = tree.root_fd();
+    let n = OsStr::new(name);
+    let at = || tree.host.join(name);
+    match fsat::lstat_at(root, n) {
+        Ok(st) if fsat::kind(&st) == SFlag::S_IFDIR => {}
+        Ok(_) => return Err(Error::Image(format!("the image's /{name} is not a directory"))),
+        Err(Errno::ENOENT) => nix::sys::stat::mkdirat(Some(root.as_raw_fd()), n, Mode::from_bits_truncate(0o700))
+            .map_err(|e| Error::io("create", at(), e.into()))?,
+        Err(e) => return Err(Error::io("stat", at(), e.into())),
+    }
+    let d = fsat::subdir(root, n).map_err(|e| Error::io("open", at(), e.into()))?;
+    nix::unistd::fchown(d.as_raw_fd(), Some(uid.into()), Some(gid.into()))
+        .map_err(|e| Error::io("chown", at(), e.into()))?;
+    nix::sys::stat::fchmod(d.as_raw_fd(), Mode::from_bits_truncate(mode))
+        .map_err(|e| Error::io("chmod", at(), e.into()))
+}
+
+/// Detaches every mount at or below `dir` (a box's bundle dir), deepest
+/// first, so removing the dir afterwards can't reach into a box's files.
+/// A dir that is gone has nothing mounted.
+pub(crate) fn release(dir: &Path) -> Result<()> {
+    let Ok(dir) = std::fs::canonicalize(dir) else { return Ok(()) };
+    let info = Path::new("/proc/self/mountinfo");
+    let text = std::fs::read_to_string(info).map_err(|e| Error::io("read", info, e))?;
+    let mut points: Vec<PathBuf> =
+        text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| p.starts_with(&dir)).collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points.dedup();
+    for p in points {
+        match nix::mount::umount2(&p, MntFlags::MNT_DETACH) {
+            Ok(()) | Err(Errno::EINVAL | Errno::ENOENT) => {}
+            Err(e) => return Err(Error::io("unmount sandbox storage", p, e.into())),
+        }
+    }
+    Ok(())
+}
+
+/// mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct =
+            b.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
+        match (b[i], oct) {
+            (b'\\', Some(c)) => {
+                out.push(c);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// A launched box's files as the runtime reaches them.
+pub(crate) struct BoxFs {
+    /// The box's writable world: its overlay root with an image, else its
+    /// scratch tmpfs (where /work and /tmp are `work` and `tmp`).
+    pub(crate) tree: Tree,
+    /// The host ids of the box's user.
+    pub(crate) user: (u32, u32),
+    /// The tree is the box's whole root (an image's overlay), not only
+    /// its /work and /tmp.
+    pub(crate) whole_root: bool,
+}
+
+/// The files of the box whose bundle dir is `dir`.
+pub(crate) fn open_box(dir: &Path) -> Result<BoxFs> {
+    let scratch = dir.join(SCRATCH);
+    if !scratch.is_dir() {
+        return Err(Error::InvalidState(format!("{} has no sandbox storage", dir.display())));
+    }
+    let whole_root = scratch.join(UPPER).is_dir();
+    let tree = Tree::open(&if whole_root { dir.join("rootfs") } else { scratch })?;
+    let base = host_base(dir)?;
+    Ok(BoxFs { tree, user: (base + SANDBOX_UID, base + SANDBOX_UID), whole_root })
+}
+
+/// The first host id of the box whose bundle dir is `dir`, from the
+/// config.json the runtime wrote there.
+pub(crate) fn host_base(dir: &Path) -> Result<u32> {
+    let path = dir.join("config.json");
+    let text = std::fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| Error::InvalidSpec(format!("{}: {e}", path.display())))?;
+    v.pointer("/linux/uidMappings/0/hostID")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|b| u32::try_from(b).ok())
+        .ok_or_else(|| Error::InvalidSpec(format!("{}: no uid mapping", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_read() {
+        assert_eq!(unescape("/a\\040b/c\\134d"), PathBuf::from("/a b/c\\d"));
+        assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
+    }
+
+    #[test]
+    fn overlay_options_refuse_bad_paths_and_overflow() {
+        let (u, w) = (Path::new("/s/upper"), Path::new("/s/ovl"));
+        let ok = overlay_options(&[PathBuf::from("/l/2"), PathBuf::from("/l/1")], u, w).unwrap();
+        assert_eq!(ok, "lowerdir=/l/2:/l/1,upperdir=/s/upper,workdir=/s/ovl");
+        let e = overlay_options(&[PathBuf::from("/l/a:b")], u, w).unwrap_err().to_string();
+        assert!(e.contains("colon"), "{e}");
+        let many: Vec<PathBuf> = (0..100).map(|i| PathBuf::from(format!("/{}/{i}", "x".repeat(60)))).collect();
+        assert!(overlay_options(&many, u, w).unwrap_err().to_string().contains("100 layers"));
+    }
+}
