@@ -61,6 +61,18 @@ impl Logger {
         }
     }
 
+    /// Config the runtime went on past, logged as runc logs it: to the log
+    /// file, or to stderr without one.
+    pub(crate) fn warn(&self, msg: &str) {
+        self.write("warning", msg);
+    }
+
+    /// A second handle on the same log, for the runtime library's warnings.
+    pub(crate) fn try_clone(&self) -> anyhow::Result<Logger> {
+        let file = self.file.as_ref().map(File::try_clone).transpose().context("duplicate the log file")?;
+        Ok(Logger { file, json: self.json, debug: self.debug })
+    }
+
     pub(crate) fn debug(&self, msg: &str) {
         if self.debug {
             self.write("debug", msg);

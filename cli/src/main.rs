@@ -65,6 +65,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Ok(sink) = log.try_clone() {
+        tinyrun::set_warning_sink(move |msg| sink.warn(msg));
+    }
     let Some(command) = cli.command.as_ref() else {
         let _ = args::Cli::command().print_help();
         return ExitCode::from(1);

@@ -31,4 +31,5 @@ on_v1!(
     kill_all_and_ps,
     failures_leave_no_cgroup,
     device_rules_are_enforced,
+    kernel_memory_is_ignored_with_a_warning,
 );

@@ -25,6 +25,7 @@ mod state;
 mod sys;
 mod tty;
 mod user;
+mod warn;
 
 pub use error::{InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
@@ -37,6 +38,7 @@ pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;
 pub use rlimits::raise_nofile;
 pub use seccomp::Filter as SeccompFilter;
+pub use warn::set_warning_sink;
 
 /// The runtime-spec version this build implements.
 pub const SPEC_VERSION: &str = oci_spec::runtime::VERSION;

@@ -41,7 +41,7 @@ pub(crate) fn dispatch(cli: &Cli, command: &Command, log: &Logger) -> anyhow::Re
         Command::Events(a) => events::run(&rt, a),
         Command::Pause(a) => pause::pause(&rt, a),
         Command::Resume(a) => pause::resume(&rt, a),
-        Command::Update(a) => update::run(&rt, a),
+        Command::Update(a) => update::run(&rt, a, log),
         Command::Features => features::run(),
         Command::Sandbox(c) => sandbox::run(&state_root(cli), c),
     }

@@ -4,9 +4,17 @@ use tinyrun::oci_spec::runtime::LinuxResources;
 use tinyrun::{Runtime, UpdateFlags};
 
 use crate::args::UpdateArgs;
+use crate::logging::Logger;
 
 /// `-r FILE|-` (LinuxResources JSON) wins over every other flag, as in runc.
-pub(crate) fn run(rt: &Runtime, a: &UpdateArgs) -> anyhow::Result<u8> {
+pub(crate) fn run(rt: &Runtime, a: &UpdateArgs, log: &Logger) -> anyhow::Result<u8> {
+    for (flag, set) in
+        [("--kernel-memory", a.kernel_memory.is_some()), ("--kernel-memory-tcp", a.kernel_memory_tcp.is_some())]
+    {
+        if set {
+            log.warn(&format!("{flag} is ignored: kernel memory limits are no longer enforced by the kernel"));
+        }
+    }
     let c = rt.load(&a.id)?;
     let resources: LinuxResources = match &a.resources {
         Some(p) => {

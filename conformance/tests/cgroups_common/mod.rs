@@ -385,3 +385,38 @@ pub fn failures_leave_no_cgroup(v: V) {
     eprintln!("refused: {}", o.stderr.trim());
     rt.assert_nothing_left(&b.id);
 }
+
+/// `memory.kernel` and `memory.kernelTCP` are accepted and ignored with a
+/// warning, as runc 1.2 does (the spec deprecates them and Docker's `update`
+/// still sends them); the limits beside them are applied.
+pub fn kernel_memory_is_ignored_with_a_warning(v: V) {
+    let rt = Runtime::new("cgkmem");
+    let b = bundle(
+        &rt,
+        "exec sleep 600",
+        json!({"memory": {"limit": 67108864, "kernel": 33554432, "kernelTCP": 16777216}}),
+    );
+    let o = rt.create(&b).expect_ok("create with memory.kernel");
+    assert!(o.stderr.contains("level=warning") && o.stderr.contains("memory.kernel "), "create warns: {o}");
+    assert!(o.stderr.contains("memory.kernelTCP"), "create warns about kernelTCP: {o}");
+    let limit = match v {
+        V::V1 => read(&file(v, &b.id, "memory", "memory.limit_in_bytes")),
+        V::V2 => read(&file(v, &b.id, "", "memory.max")),
+    };
+    assert_eq!(limit, "67108864", "the memory limit beside it is applied");
+    let mut cmd = rt.command(&["update", "--resources", "-", &b.id]);
+    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(br#"{"memory": {"limit": 50331648, "kernel": 1048576}}"#).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "update with memory.kernel: {err}");
+    assert!(err.contains("memory.kernel"), "update warns: {err}");
+    let limit = match v {
+        V::V1 => read(&file(v, &b.id, "memory", "memory.limit_in_bytes")),
+        V::V2 => read(&file(v, &b.id, "", "memory.max")),
+    };
+    assert_eq!(limit, "50331648", "update applies the limit beside it");
+    delete_and_check(&rt, &b.id);
+}

@@ -40,18 +40,30 @@ fn refuse(field: &str, why: impl Into<String>) -> Result<(), Refusal> {
     Err(Refusal { field: format!("linux.resources.{field}"), why: why.into() })
 }
 
+/// Clears the fields runc ignores with a warning and returns the warnings:
+/// kernel memory limits are deprecated by the runtime spec and gone from
+/// the kernel (v1 stopped honouring them in 5.4, v2 never had them), and
+/// callers such as Docker's `update` still send them.
+pub(crate) fn drop_ignored(r: &mut LinuxResources) -> Vec<String> {
+    let Some(mut m) = *r.memory() else { return Vec::new() };
+    let mut warnings = Vec::new();
+    for (field, set) in [("kernel", m.kernel().is_some()), ("kernelTCP", m.kernel_tcp().is_some())] {
+        if set {
+            warnings.push(format!(
+                "linux.resources.memory.{field} is ignored: kernel memory limits are deprecated by the runtime spec and no longer enforced by the kernel"
+            ));
+        }
+    }
+    if !warnings.is_empty() {
+        m.set_kernel(None).set_kernel_tcp(None);
+        r.set_memory(Some(m));
+    }
+    warnings
+}
+
 /// Checks that do not depend on the host.
 pub(crate) fn check_spec(r: &LinuxResources) -> Result<(), Refusal> {
     if let Some(m) = r.memory() {
-        if m.kernel().is_some() {
-            return refuse(
-                "memory.kernel",
-                "kernel memory limits are gone from the kernel (deprecated in 5.4, removed on v2)",
-            );
-        }
-        if m.kernel_tcp().is_some() {
-            return refuse("memory.kernelTCP", "kernel TCP memory limits are not supported");
-        }
         if m.swappiness().is_some_and(|s| s > 100) {
             return refuse("memory.swappiness", "must be between 0 and 100");
         }
@@ -199,6 +211,19 @@ mod tests {
     const V1: &[&str] = &["cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids"];
     const V2: &[&str] = &["cpu", "cpuset", "io", "memory", "hugetlb", "pids"];
 
+    #[test]
+    fn kernel_memory_is_dropped_with_a_warning() {
+        let mut r: LinuxResources =
+            serde_json::from_value(serde_json::json!({"memory": {"limit": 1048576, "kernel": 1, "kernelTCP": 2}}))
+                .unwrap();
+        let warnings = drop_ignored(&mut r);
+        assert_eq!(warnings.len(), 2);
+        assert!(warnings[0].contains("memory.kernel ") && warnings[1].contains("memory.kernelTCP"));
+        let m = r.memory().unwrap();
+        assert_eq!((m.kernel(), m.kernel_tcp(), m.limit()), (None, None, Some(1048576)));
+        assert!(drop_ignored(&mut r).is_empty());
+    }
+
     fn err(r: serde_json::Value, h: &Host) -> Refusal {
         check_host(&res(r), h).unwrap_err()
     }
@@ -237,7 +262,6 @@ mod tests {
     #[test]
     fn fields_nobody_applies_are_refused_everywhere() {
         let h = host(Layout::Unified, V2);
-        assert!(err(serde_json::json!({"memory": {"kernel": 1}}), &h).field.ends_with("memory.kernel"));
         assert!(err(serde_json::json!({"memory": {"swappiness": 101}}), &host(Layout::Legacy, V1)).why.contains("100"));
         assert!(err(serde_json::json!({"rdma": {"mlx": {"hcaHandles": 1}}}), &h).field.ends_with("rdma"));
         for key in ["../x.y", "memory", "cgroup.procs", "cgroup.freeze", "a/b.c"] {

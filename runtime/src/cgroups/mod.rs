@@ -57,8 +57,8 @@ use std::path::{Path, PathBuf};
 use libcgroups::common::AnyCgroupManager;
 
 pub(crate) use crate::error::CgroupError;
-pub(crate) use check::check_spec;
 use check::Layout;
+pub(crate) use check::{check_spec, drop_ignored};
 pub(crate) use freeze::is_frozen;
 pub(crate) use hierarchy::Mount;
 pub use stats::StatsData;

@@ -136,8 +136,6 @@ pub(crate) fn merge(base: &LinuxResources, upd: &LinuxResources) -> LinuxResourc
         m.set_limit(u.limit().or(old.limit()))
             .set_reservation(u.reservation().or(old.reservation()))
             .set_swap(u.swap().or(old.swap()))
-            .set_kernel(u.kernel().or(old.kernel()))
-            .set_kernel_tcp(u.kernel_tcp().or(old.kernel_tcp()))
             .set_swappiness(u.swappiness().or(old.swappiness()))
             .set_disable_oom_killer(u.disable_oom_killer().or(old.disable_oom_killer()))
             .set_use_hierarchy(u.use_hierarchy().or(old.use_hierarchy()))
@@ -210,7 +208,9 @@ impl Container {
         }
         let mut spec: Spec = self.config()?;
         let mut linux = spec.linux().clone().unwrap_or_default();
-        let merged = merge(&linux.resources().clone().unwrap_or_default(), upd);
+        let mut upd = upd.clone();
+        crate::cgroups::drop_ignored(&mut upd).iter().for_each(|w| crate::warn::warn(w));
+        let merged = merge(&linux.resources().clone().unwrap_or_default(), &upd);
         let cg = self.cgroup_required()?;
         cg.check(&merged)?;
         cg.update(&merged, linux.devices().as_deref().unwrap_or(&[]))?;

@@ -42,12 +42,26 @@ fn with_field(bytes: &[u8], e: serde_json::Error) -> String {
     }
 }
 
+/// Drops what runc accepts and ignores, warning about each, so that the
+/// saved config holds only what is applied.
+fn ignore_deprecated(spec: &mut Spec) {
+    let Some(mut linux) = spec.linux().clone() else { return };
+    let Some(mut r) = linux.resources().clone() else { return };
+    let warnings = crate::cgroups::drop_ignored(&mut r);
+    if warnings.is_empty() {
+        return;
+    }
+    warnings.iter().for_each(|w| crate::warn::warn(w));
+    linux.set_resources(Some(r));
+    spec.set_linux(Some(linux));
+}
+
 /// Loads `<bundle>/config.json`, resolves the rootfs and validates everything.
 pub fn load(bundle: &Path) -> Result<Bundle> {
     let dir = std::fs::canonicalize(bundle).map_err(|e| RuntimeError::io("open bundle", bundle, e))?;
     let config = dir.join("config.json");
     let bytes = std::fs::read(&config).map_err(|e| RuntimeError::io("read", &config, e))?;
-    let spec: Spec = serde_json::from_slice(&bytes).map_err(|e| {
+    let mut spec: Spec = serde_json::from_slice(&bytes).map_err(|e| {
         let why = crate::seccomp::diagnose(&bytes).unwrap_or_else(|| with_field(&bytes, e));
         RuntimeError::InvalidSpec(format!("parse {}: {why}", config.display()))
     })?;
@@ -60,6 +74,7 @@ pub fn load(bundle: &Path) -> Result<Bundle> {
     if !rootfs.is_dir() {
         return Err(RuntimeError::InvalidSpec(format!("root.path {} is not a directory", rootfs.display())));
     }
+    ignore_deprecated(&mut spec);
     validate(&spec).map_err(|e| match e {
         RuntimeError::InvalidSpec(m) => RuntimeError::InvalidSpec(format!("{}: {m}", config.display())),
         other => other,
