@@ -131,56 +131,16 @@ pub fn parse_bytes(s: &str) -> std::result::Result<i64, String> {
 pub(crate) fn merge(base: &LinuxResources, upd: &LinuxResources) -> LinuxResources {
     let mut out = base.clone();
     if let Some(u) = upd.memory() {
-        let old = base.memory().unwrap_or_default();
-        let mut m = old;
-        m.set_limit(u.limit().or(old.limit()))
-            .set_reservation(u.reservation().or(old.reservation()))
-            .set_swap(u.swap().or(old.swap()))
-            .set_swappiness(u.swappiness().or(old.swappiness()))
-            .set_disable_oom_killer(u.disable_oom_killer().or(old.disable_oom_killer()))
-            .set_use_hierarchy(u.use_hierarchy().or(old.use_hierarchy()))
-            .set_check_before_update(u.check_before_update().or(old.check_before_update()));
-        if u.limit() == Some(-1) && u.swap().is_none() {
-            m.set_swap(Some(-1));
-        }
-        out.set_memory(Some(m));
+        out.set_memory(Some(merge_memory(base.memory().unwrap_or_default(), u)));
     }
     if let Some(u) = upd.cpu() {
-        let old = base.cpu().clone().unwrap_or_default();
-        let mut c = old.clone();
-        c.set_shares(u.shares().or(old.shares()))
-            .set_quota(u.quota().or(old.quota()))
-            .set_burst(u.burst().or(old.burst()))
-            .set_period(u.period().or(old.period()))
-            .set_realtime_runtime(u.realtime_runtime().or(old.realtime_runtime()))
-            .set_realtime_period(u.realtime_period().or(old.realtime_period()))
-            .set_cpus(u.cpus().clone().or(old.cpus().clone()))
-            .set_mems(u.mems().clone().or(old.mems().clone()))
-            .set_idle(u.idle().or(old.idle()));
-        out.set_cpu(Some(c));
+        out.set_cpu(Some(merge_cpu(base.cpu().clone().unwrap_or_default(), u)));
     }
     if upd.pids().is_some() {
         out.set_pids(*upd.pids());
     }
     if let Some(u) = upd.block_io() {
-        let old = base.block_io().clone().unwrap_or_default();
-        let mut b = old.clone();
-        b.set_weight(u.weight().or(old.weight()))
-            .set_leaf_weight(u.leaf_weight().or(old.leaf_weight()))
-            .set_weight_device(u.weight_device().clone().or(old.weight_device().clone()))
-            .set_throttle_read_bps_device(
-                u.throttle_read_bps_device().clone().or(old.throttle_read_bps_device().clone()),
-            )
-            .set_throttle_write_bps_device(
-                u.throttle_write_bps_device().clone().or(old.throttle_write_bps_device().clone()),
-            )
-            .set_throttle_read_iops_device(
-                u.throttle_read_iops_device().clone().or(old.throttle_read_iops_device().clone()),
-            )
-            .set_throttle_write_iops_device(
-                u.throttle_write_iops_device().clone().or(old.throttle_write_iops_device().clone()),
-            );
-        out.set_block_io(Some(b));
+        out.set_block_io(Some(merge_block_io(base.block_io().clone().unwrap_or_default(), u)));
     }
     if upd.hugepage_limits().is_some() {
         out.set_hugepage_limits(upd.hugepage_limits().clone());
@@ -197,6 +157,48 @@ pub(crate) fn merge(base: &LinuxResources, upd: &LinuxResources) -> LinuxResourc
         out.set_unified(Some(map));
     }
     out
+}
+
+fn merge_memory(old: LinuxMemory, u: &LinuxMemory) -> LinuxMemory {
+    let mut m = old;
+    m.set_limit(u.limit().or(old.limit()))
+        .set_reservation(u.reservation().or(old.reservation()))
+        .set_swap(u.swap().or(old.swap()))
+        .set_swappiness(u.swappiness().or(old.swappiness()))
+        .set_disable_oom_killer(u.disable_oom_killer().or(old.disable_oom_killer()))
+        .set_use_hierarchy(u.use_hierarchy().or(old.use_hierarchy()))
+        .set_check_before_update(u.check_before_update().or(old.check_before_update()));
+    if u.limit() == Some(-1) && u.swap().is_none() {
+        m.set_swap(Some(-1));
+    }
+    m
+}
+
+fn merge_cpu(old: LinuxCpu, u: &LinuxCpu) -> LinuxCpu {
+    let mut c = old.clone();
+    c.set_shares(u.shares().or(old.shares()))
+        .set_quota(u.quota().or(old.quota()))
+        .set_burst(u.burst().or(old.burst()))
+        .set_period(u.period().or(old.period()))
+        .set_realtime_runtime(u.realtime_runtime().or(old.realtime_runtime()))
+        .set_realtime_period(u.realtime_period().or(old.realtime_period()))
+        .set_cpus(u.cpus().clone().or(old.cpus().clone()))
+        .set_mems(u.mems().clone().or(old.mems().clone()))
+        .set_idle(u.idle().or(old.idle()));
+    c
+}
+
+fn merge_block_io(old: LinuxBlockIo, u: &LinuxBlockIo) -> LinuxBlockIo {
+    let keep = |new: &Option<Vec<_>>, old: &Option<Vec<_>>| new.clone().or(old.clone());
+    let mut b = old.clone();
+    b.set_weight(u.weight().or(old.weight()))
+        .set_leaf_weight(u.leaf_weight().or(old.leaf_weight()))
+        .set_weight_device(u.weight_device().clone().or(old.weight_device().clone()))
+        .set_throttle_read_bps_device(keep(u.throttle_read_bps_device(), old.throttle_read_bps_device()))
+        .set_throttle_write_bps_device(keep(u.throttle_write_bps_device(), old.throttle_write_bps_device()))
+        .set_throttle_read_iops_device(keep(u.throttle_read_iops_device(), old.throttle_read_iops_device()))
+        .set_throttle_write_iops_device(keep(u.throttle_write_iops_device(), old.throttle_write_iops_device()));
+    b
 }
 
 impl Container {

@@ -152,30 +152,9 @@ fn apply(
         return whiteout(&parent, hidden, owner);
     }
     match kind {
-        EntryType::Directory => {
-            match fsat::lstat_at(&parent, name) {
-                Ok(st) if fsat::kind(&st) == SFlag::S_IFDIR => {}
-                Ok(_) => replace(&parent, name)?,
-                Err(_) => {}
-            }
-            match nix::sys::stat::mkdirat(Some(parent.as_raw_fd()), name.as_os_str(), Mode::from_bits_truncate(0o700)) {
-                Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(errno("mkdir")(e)),
-            }
-            let dir = fsat::subdir(&parent, name).map_err(errno("open directory"))?;
-            set_owner_mode(&dir, owner, mode)
-        }
+        EntryType::Directory => make_dir(&parent, name, owner, mode),
         EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-            replace(&parent, name)?;
-            let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW;
-            let fd = sys::openat(parent.as_raw_fd(), Path::new(name), flags, Mode::from_bits_truncate(0o600))
-                .map_err(errno("create"))?;
-            let mut file = std::fs::File::from(fd);
-            std::io::copy(entry, &mut file).map_err(|e| format!("write: {e}"))?;
-            let mtime = i64::try_from(h.mtime().unwrap_or(0)).unwrap_or(0);
-            let t = nix::sys::time::TimeSpec::new(mtime, 0);
-            nix::sys::stat::futimens(file.as_raw_fd(), &t, &t).map_err(errno("set times"))?;
-            set_owner_mode(&OwnedFd::from(file), owner, mode)
+            write_file(&parent, name, entry, h.mtime().unwrap_or(0), owner, mode)
         }
         EntryType::Symlink => {
             let target = entry.link_name_bytes().ok_or("symlink without a target")?.into_owned();
@@ -203,6 +182,43 @@ fn apply(
         // itself; anything else carries nothing a root filesystem needs.
         _ => Ok(()),
     }
+}
+
+/// A directory entry: an existing directory is kept (layers add to it),
+/// anything else in its place is replaced.
+fn make_dir(parent: &OwnedFd, name: &OsString, owner: (u32, u32), mode: Mode) -> Result<(), String> {
+    match fsat::lstat_at(parent, name) {
+        Ok(st) if fsat::kind(&st) == SFlag::S_IFDIR => {}
+        Ok(_) => replace(parent, name)?,
+        Err(_) => {}
+    }
+    match nix::sys::stat::mkdirat(Some(parent.as_raw_fd()), name.as_os_str(), Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(errno("mkdir")(e)),
+    }
+    let dir = fsat::subdir(parent, name).map_err(errno("open directory"))?;
+    set_owner_mode(&dir, owner, mode)
+}
+
+/// A regular file, made afresh (O_EXCL, no symlink followed) and owned and
+/// moded only once its contents are in.
+fn write_file(
+    parent: &OwnedFd,
+    name: &OsString,
+    contents: &mut impl Read,
+    mtime: u64,
+    owner: (u32, u32),
+    mode: Mode,
+) -> Result<(), String> {
+    replace(parent, name)?;
+    let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW;
+    let fd = sys::openat(parent.as_raw_fd(), Path::new(name), flags, Mode::from_bits_truncate(0o600))
+        .map_err(errno("create"))?;
+    let mut file = std::fs::File::from(fd);
+    std::io::copy(contents, &mut file).map_err(|e| format!("write: {e}"))?;
+    let t = nix::sys::time::TimeSpec::new(i64::try_from(mtime).unwrap_or(0), 0);
+    nix::sys::stat::futimens(file.as_raw_fd(), &t, &t).map_err(errno("set times"))?;
+    set_owner_mode(&OwnedFd::from(file), owner, mode)
 }
 
 /// chown before chmod: chown clears set-id bits.
