@@ -293,9 +293,7 @@ fn tcp_or_udp() -> Value {
 /// - input: from the box, nothing reaches the host itself (its veth
 ///   address, its uplink address, any of its addresses), except port 53 of
 ///   the named resolver when that is the host;
-/// - forward, from the box: IPv4 from the box's own address only; port 53
-///   of the resolver; then every refused range is rejected; then, with an
-///   allowlist, only what it names;
+/// - forward, from the box: see [`egress_rules`];
 /// - forward, to the box: replies only;
 /// - postrouting: the box's address is masqueraded to the uplink's.
 fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Value {
@@ -310,17 +308,6 @@ fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> V
         }
         json!({"add": {"chain": c}})
     };
-    let rule = |chain: &str, expr: Vec<Value>| json!({"add": {"rule": {"family": "inet", "table": n.table, "chain": chain, "expr": expr}}});
-    let from_box = is(meta("iifname"), json!(n.host));
-    let to_box = is(meta("oifname"), json!(n.host));
-    let reject = json!({"reject": {"type": "icmpx", "expr": "admin-prohibited"}});
-    let accept = json!({"accept": null});
-    let drop = json!({"drop": null});
-    let dns_rule = |mut pre: Vec<Value>, d: Ipv4Addr| {
-        pre.extend([is(ip("daddr"), json!(d.to_string())), tcp_or_udp(), is(dport(), json!(53)), accept.clone()]);
-        pre
-    };
-
     let mut cmds = vec![
         json!({"add": {"table": table}}),
         json!({"delete": {"table": table}}),
@@ -330,50 +317,65 @@ fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> V
         chain("egress", None),
         chain("postrouting", Some(("nat", "postrouting", 100))),
     ];
+    let rule = |chain: &str, expr: Vec<Value>| json!({"add": {"rule": {"family": "inet", "table": n.table, "chain": chain, "expr": expr}}});
+    let from_box = is(meta("iifname"), json!(n.host));
+    let to_box = is(meta("oifname"), json!(n.host));
     if let Some(d) = dns {
-        cmds.push(rule("input", dns_rule(vec![from_box.clone()], d)));
+        cmds.push(rule("input", resolver(vec![from_box.clone()], d)));
     }
-    cmds.push(rule("input", vec![from_box.clone(), reject.clone()]));
-
+    cmds.push(rule("input", vec![from_box.clone(), reject()]));
     cmds.push(rule("forward", vec![from_box, json!({"jump": {"target": "egress"}})]));
-    cmds.push(rule(
-        "forward",
-        vec![
-            to_box.clone(),
-            json!({"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}}),
-            accept.clone(),
-        ],
-    ));
-    cmds.push(rule("forward", vec![to_box, drop.clone()]));
+    let reply = json!({"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}});
+    cmds.push(rule("forward", vec![to_box.clone(), reply, json!({"accept": null})]));
+    cmds.push(rule("forward", vec![to_box, json!({"drop": null})]));
+    cmds.extend(egress_rules(link, dns, allow).into_iter().map(|e| rule("egress", e)));
+    let masquerade = vec![
+        is(ip("saddr"), json!(link.addr.to_string())),
+        isnt(meta("oifname"), json!(n.host)),
+        json!({"masquerade": null}),
+    ];
+    cmds.push(rule("postrouting", masquerade));
+    json!({"nftables": cmds})
+}
 
-    cmds.push(rule("egress", vec![isnt(meta("nfproto"), json!("ipv4")), drop.clone()]));
-    cmds.push(rule("egress", vec![isnt(ip("saddr"), json!(link.addr.to_string())), drop]));
+fn reject() -> Value {
+    json!({"reject": {"type": "icmpx", "expr": "admin-prohibited"}})
+}
+
+/// `pre`, then: to port 53 (TCP or UDP) of resolver `d`, accept.
+fn resolver(mut pre: Vec<Value>, d: Ipv4Addr) -> Vec<Value> {
+    pre.extend([is(ip("daddr"), json!(d.to_string())), tcp_or_udp(), is(dport(), json!(53)), json!({"accept": null})]);
+    pre
+}
+
+/// The rules for what the box sends on, in order: anything but IPv4 is
+/// dropped (so fc00::/7 and fe80::/10 too), and so is a source address not
+/// the box's own; port 53 of the named resolver is accepted; every refused
+/// range is rejected; then, with an allowlist, only what it names passes.
+/// Rejected rather than dropped: a refused connection fails at once.
+fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Vec<Value>> {
+    let drop = json!({"drop": null});
+    let mut rules = vec![
+        vec![isnt(meta("nfproto"), json!("ipv4")), drop.clone()],
+        vec![isnt(ip("saddr"), json!(link.addr.to_string())), drop],
+    ];
     if let Some(d) = dns {
-        cmds.push(rule("egress", dns_rule(Vec::new(), d)));
+        rules.push(resolver(Vec::new(), d));
     }
     let refused: Vec<Value> = REFUSED.iter().map(|&(addr, len)| prefix(Cidr { addr, len })).collect();
-    cmds.push(rule("egress", vec![is(ip("daddr"), json!({"set": refused})), reject.clone()]));
+    rules.push(vec![is(ip("daddr"), json!({"set": refused})), reject()]);
     if !allow.is_empty() {
         for a in allow {
             let mut e = vec![is(ip("daddr"), json!(a.addr.to_string()))];
             if let Some(p) = a.port {
                 e.extend([tcp_or_udp(), is(dport(), json!(p))]);
             }
-            e.push(accept.clone());
-            cmds.push(rule("egress", e));
+            e.push(json!({"accept": null}));
+            rules.push(e);
         }
-        cmds.push(rule("egress", vec![reject]));
+        rules.push(vec![reject()]);
     }
-
-    cmds.push(rule(
-        "postrouting",
-        vec![
-            is(ip("saddr"), json!(link.addr.to_string())),
-            isnt(meta("oifname"), json!(n.host)),
-            json!({"masquerade": null}),
-        ],
-    ));
-    json!({"nftables": cmds})
+    rules
 }
 
 /// The nft binary, from the system's directories only: the runtime runs
@@ -417,6 +419,9 @@ fn netlink_err(what: &'static str) -> impl Fn(rtnetlink::Error) -> Error {
 }
 
 /// Runs `f` with a netlink handle in the calling thread's network namespace.
+/// A current-thread runtime starts no thread, and it is gone when this
+/// returns: the process is single-threaded again for the runtime's clones
+/// and forks that follow (see also [`in_netns`], whose thread is joined).
 fn with_netlink<T>(f: impl AsyncFnOnce(Handle) -> Result<T>) -> Result<T> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
