@@ -169,6 +169,13 @@ pub(crate) struct SandboxSizeArgs {
     pub env: Vec<String>,
     /// network: "loopback" (default), "none" (loopback left down), or "egress" (NAT to the host's uplink, with
     /// 169.254/16, the private ranges and the host itself refused)
+    ///
+    /// "egress" gives the box eth0, a veth to the host with a default route through it; the host masquerades its
+    /// IPv4 traffic to its own uplink. Refused from the box, by rules in the host's namespace: 169.254.0.0/16
+    /// (cloud metadata), 10/8, 172.16/12, 192.168/16, 100.64/10, 0/8, 127/8, 224/4, 240/4, all IPv6 (fc00::/7 and
+    /// fe80::/10 with it), every address of the host itself, and connections into the box. --allow-host narrows
+    /// this further; --dns names the resolver and opens its port 53 only. Needs nft (nftables); turns on
+    /// net.ipv4.ip_forward if it is off. If any part fails to install, the box does not start.
     #[arg(long, value_name = "MODE", default_value = "loopback")]
     pub network: String,
     #[command(flatten)]
