@@ -431,3 +431,59 @@ fn bad_egress_options_and_failed_setup_leave_nothing() {
     assert!(left.is_empty(), "{left:?}");
     net.sb.assert_clean("failed egress set-up");
 }
+
+/// Waits (10 s at most) for this test's tinyrun processes to end: a pool's detached refill.
+fn wait_for_refills(net: &Net) {
+    let bin = net.sb.rt.bin.to_string_lossy().into_owned();
+    let refilling = || net.sb.rt.leftovers().into_iter().any(|p| tinyrun_conformance::cmdline(p).first() == Some(&bin));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while refilling() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `pool fill 1 --network egress --allow-host PUBLIC:80`: a plain `run --pool` does not take that
+/// box (it stays loopback only), a `run --pool` with the same egress options does and reaches
+/// PUBLIC but not the metadata address; once the pool's refill is done and every box terminated,
+/// no link, table or route is left.
+#[test]
+fn pooled_egress_boxes_serve_only_matching_runs() {
+    require_root!();
+    let net = Net::new("sbx_egress_pool");
+    let allow = format!("{PUBLIC}:80");
+    let egress = ["--network", "egress", "--allow-host", allow.as_str()];
+    let mut fill = vec!["pool", "fill", "1"];
+    fill.extend(net.sb.common());
+    fill.extend(egress);
+    let filled = net.sandbox(&fill);
+    assert!(filled.ok(), "{filled}");
+    let pooled = filled.stdout.trim().to_string();
+    let mut plain_opts = vec!["--pool"];
+    let (plain, po) = net.run_probe(&plain_opts, &[tcp(PUBLIC, 80)]);
+    let still_there = net.sb.rt.root().join("sandbox").join(&pooled).join("claimed").exists();
+    plain_opts.extend(egress);
+    let (res, o) = net.run_probe(&plain_opts, &[tcp(PUBLIC, 80), tcp(METADATA, 80)]);
+    let taken = net.sb.rt.root().join("sandbox").join(&pooled).join("claimed").exists()
+        || !net.sb.rt.root().join("sandbox").join(&pooled).exists();
+    wait_for_refills(&net);
+    let mut terminated = Vec::new();
+    for id in tinyrun_conformance::sandbox::names_in(&net.sb.rt.root().join("sandbox")) {
+        let t = net.sandbox(&["terminate", &id]);
+        terminated.push(format!("{id}: {:?}", t.code()));
+    }
+    let after = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!(
+            "filled {pooled}; plain run --pool: {plain:?} (pool box claimed: {still_there}); egress run --pool: \
+             {res:?} (pool box taken: {taken}); terminated {terminated:?}; left: {after:?}"
+        ),
+    );
+    assert!(po.ok() && o.ok(), "{po}\n{o}");
+    assert!(plain[&tcp(PUBLIC, 80)].starts_with("refused:"), "a plain run got egress: {plain:?}");
+    assert!(!still_there, "a plain run --pool claimed the egress box");
+    assert!(taken, "the matching run --pool did not take the egress box");
+    assert!(res[&tcp(PUBLIC, 80)].starts_with(&format!("hello_from_{PUBLIC}_to_")), "{res:?}");
+    assert!(res[&tcp(METADATA, 80)].starts_with("refused:"), "{res:?}");
+    assert!(after.is_empty(), "left behind: {after:?}");
+}
