@@ -14,7 +14,8 @@
 //! address and port; `--dns` writes the box's resolv.conf and opens port 53 of the resolver and
 //! nothing else there; the default stays loopback only; after `run`, `terminate` and a killed
 //! supervisor no veth, nftables table or route is left; bad egress options fail with nothing
-//! left; a box whose set-up fails does not start.
+//! left; a box whose set-up fails does not start; a pooled egress box serves only runs with the
+//! same egress options.
 //!
 //! Each test prints `SANDBOX <name>: <what it saw>` before it asserts.
 
@@ -486,4 +487,60 @@ fn pooled_egress_boxes_serve_only_matching_runs() {
     assert!(res[&tcp(PUBLIC, 80)].starts_with(&format!("hello_from_{PUBLIC}_to_")), "{res:?}");
     assert!(res[&tcp(METADATA, 80)].starts_with("refused:"), "{res:?}");
     assert!(after.is_empty(), "left behind: {after:?}");
+}
+
+/// `--image` whose /etc/resolv.conf is a symlink into /run (as images made for a booted system
+/// have it): with `--dns` the box reads the named resolver there, and the image's symlink is
+/// untouched. `--rootfs` of the same tree is the caller's own and is not changed: that is a clear
+/// error.
+#[test]
+fn dns_over_an_images_resolv_conf_symlink() {
+    require_root!();
+    let net = Net::new("sbx_egress_image_dns");
+    let dir = net.sb.rt.tempdir();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let img = dir.join("rootfs");
+    let st = Command::new(tinyrun_conformance::workspace_root().join("bundles/mkrootfs"))
+        .arg(&img)
+        .stdout(Stdio::null())
+        .status();
+    assert!(st.expect("mkrootfs").success(), "mkrootfs failed");
+    let link = img.join("etc/resolv.conf");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink("../run/systemd/resolve/stub-resolv.conf", &link).expect("symlink");
+    let img_s = img.display().to_string();
+    let run = |root_flag: &str| {
+        let mut v = vec!["run"];
+        v.extend(net.sb.common());
+        v.extend([
+            root_flag,
+            img_s.as_str(),
+            "--network",
+            "egress",
+            "--dns",
+            RESOLVER,
+            "--",
+            "cat",
+            "/etc/resolv.conf",
+        ]);
+        net.sandbox(&v)
+    };
+    let image = run("--image");
+    let rootfs = run("--rootfs");
+    let target = fs::read_link(&link).ok();
+    saw(
+        net.sb.name,
+        format!(
+            "--image: exit {:?} {:?}; --rootfs: exit {:?} {:?}; the image's link after: {target:?}",
+            image.code(),
+            image.stdout,
+            rootfs.code(),
+            rootfs.stderr.trim()
+        ),
+    );
+    assert!(image.ok() && image.stdout.contains(&format!("nameserver {RESOLVER}")), "{image}");
+    assert_eq!(target.as_deref(), Some(Path::new("../run/systemd/resolve/stub-resolv.conf")), "the image was changed");
+    assert!(!rootfs.ok() && rootfs.stderr.contains("/etc/resolv.conf"), "{rootfs}");
+    assert!(net.net_leftovers().is_empty(), "{:?}", net.net_leftovers());
+    net.sb.assert_clean("runs with --dns");
 }

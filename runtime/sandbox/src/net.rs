@@ -182,6 +182,47 @@ pub(crate) fn resolv_conf(dns: Ipv4Addr) -> String {
     format!("nameserver {dns}\noptions edns0\n")
 }
 
+/// Makes `/etc/resolv.conf` in the box's root a regular file the
+/// resolver's file can be mounted on. An image often has it as a symlink
+/// (into /run, made at boot) that leads nowhere in a box: in an image's
+/// overlay, which is the box's own, the link is replaced by an empty file
+/// owned by the box's root (`host_id`); the image below is not touched. In
+/// any other root nothing is changed here (a missing file is made with the
+/// other mount points), and anything but a regular file there is an error
+/// naming it. Resolved inside the root, as the runtime will.
+pub(crate) fn resolv_conf_mountpoint(root: &Path, image: bool, host_id: u32) -> Result<()> {
+    use nix::sys::stat::{Mode, SFlag};
+    use std::ffi::OsStr;
+    let tree = crate::fsat::Tree::open(root)?;
+    let at = |e: nix::errno::Errno| Error::io("prepare /etc/resolv.conf in", root, e.into());
+    let etc = match tree.dir(Path::new("/etc")) {
+        Ok(etc) => etc,
+        // Made with the other mount points, as for any root.
+        Err(nix::errno::Errno::ENOENT) if !image => return Ok(()),
+        Err(_) if image => tree.dir_all(Path::new("/etc"), (host_id, host_id)).map_err(at)?,
+        Err(e) => return Err(at(e)),
+    };
+    let name = OsStr::new("resolv.conf");
+    match crate::fsat::lstat_at(&etc, name) {
+        Ok(st) if crate::fsat::kind(&st) == SFlag::S_IFREG => return Ok(()),
+        Err(nix::errno::Errno::ENOENT) if !image => return Ok(()),
+        Ok(_) if !image => {
+            return Err(Error::InvalidArgument(format!(
+                "--dns: /etc/resolv.conf in the root filesystem {} is not a regular file: the resolver's file can \
+                 only be mounted on one",
+                root.display()
+            )))
+        }
+        Ok(_) => crate::fsat::remove_at(&etc, name).map_err(at)?,
+        Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(at(e)),
+    }
+    let flags = nix::fcntl::OFlag::O_CREAT | nix::fcntl::OFlag::O_EXCL | nix::fcntl::OFlag::O_NOFOLLOW;
+    let flags = flags | nix::fcntl::OFlag::O_WRONLY;
+    crate::sys::openat(etc.as_raw_fd(), Path::new(name), flags, Mode::from_bits_truncate(0o644)).map_err(at)?;
+    crate::fsat::chown_at(&etc, name, (host_id, host_id)).map_err(at)
+}
+
 /// The host-side link, table and (inside the box, before its rename) peer
 /// names of box `id`: short enough for a link name (15 bytes), and the same
 /// each time, so clean-up finds them from the id alone.
