@@ -30,6 +30,16 @@ use std::time::{Duration, Instant};
 use tinyrun_conformance::sandbox::{saw, wait_for, Sbx};
 use tinyrun_conformance::{kv, require_root, Out};
 
+/// Root, and `nft` (which the runtime needs for egress, and the tests to look at its tables).
+macro_rules! require_root_and_nft {
+    () => {
+        require_root!();
+        if !Path::new("/usr/sbin/nft").exists() {
+            tinyrun_conformance::missing_prerequisite!("nft (conformance/install-deps installs nftables)");
+        }
+    };
+}
+
 /// Addresses of the internet namespace (all on its `lo`).
 const PUBLIC: &str = "198.51.100.10";
 const PUBLIC2: &str = "198.51.100.11";
@@ -251,7 +261,7 @@ fn reached(res: &BTreeMap<String, String>, t: &str) -> bool {
 /// loopback only.
 #[test]
 fn egress_reaches_public_addresses_only() {
-    require_root!();
+    require_root_and_nft!();
     let net = Net::new("sbx_egress_public");
     let mut refused: Vec<String> = vec![tcp(METADATA, 80), tcp(HOST_UPLINK, 80), tcp(GATEWAY, 80)];
     refused.extend(PRIVATE.iter().map(|a| tcp(a, 80)));
@@ -295,7 +305,7 @@ fn egress_reaches_public_addresses_only() {
 /// not. The allowlist set-up survives between execs; terminate removes every link, table, route.
 #[test]
 fn allow_host_narrows_and_dns_opens_port_53_only() {
-    require_root!();
+    require_root_and_nft!();
     let net = Net::new("sbx_egress_allow");
     let targets = vec![
         tcp(PUBLIC2, 80),
@@ -354,7 +364,7 @@ fn allow_host_narrows_and_dns_opens_port_53_only() {
 /// with it, and the next `sandbox run` removes the table it left; nothing of it remains.
 #[test]
 fn a_killed_supervisor_leaks_no_network() {
-    require_root!();
+    require_root_and_nft!();
     let net = Net::new("sbx_egress_crash");
     let mut v = vec!["run"];
     v.extend(net.sb.common());
@@ -399,7 +409,7 @@ fn a_killed_supervisor_leaks_no_network() {
 /// link range has no free /30: the host already uses it) does not start, and leaves nothing.
 #[test]
 fn bad_egress_options_and_failed_setup_leave_nothing() {
-    require_root!();
+    require_root_and_nft!();
     let net = Net::new("sbx_egress_bad");
     let cases: [(&[&str], &str); 5] = [
         (&["--dns", "198.51.100.53"], "--dns"),
@@ -449,7 +459,7 @@ fn wait_for_refills(net: &Net) {
 /// no link, table or route is left.
 #[test]
 fn pooled_egress_boxes_serve_only_matching_runs() {
-    require_root!();
+    require_root_and_nft!();
     let net = Net::new("sbx_egress_pool");
     let allow = format!("{PUBLIC}:80");
     let egress = ["--network", "egress", "--allow-host", allow.as_str()];
@@ -495,7 +505,7 @@ fn pooled_egress_boxes_serve_only_matching_runs() {
 /// error.
 #[test]
 fn dns_over_an_images_resolv_conf_symlink() {
-    require_root!();
+    require_root_and_nft!();
     let net = Net::new("sbx_egress_image_dns");
     let dir = net.sb.rt.tempdir();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
