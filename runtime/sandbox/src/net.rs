@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 
 use futures_util::TryStreamExt;
 use nix::fcntl::{Flock, FlockArg};
-use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -223,19 +223,18 @@ pub(crate) fn resolv_conf_mountpoint(root: &Path, image: bool, host_id: u32) -> 
     crate::fsat::chown_at(&etc, name, (host_id, host_id)).map_err(at)
 }
 
-/// The host-side link, table and (inside the box, before its rename) peer
-/// names of box `id`: short enough for a link name (15 bytes), and the same
-/// each time, so clean-up finds them from the id alone.
+/// The host-side link and table names of box `id`: short enough for a link
+/// name (15 bytes), and the same each time, so clean-up finds them from the
+/// id alone.
 struct Names {
     host: String,
-    peer: String,
     table: String,
 }
 
 fn names(id: &str) -> Names {
     let sum = Sha256::digest(id.as_bytes());
     let h: String = sum.iter().take(5).map(|b| format!("{b:02x}")).collect();
-    Names { host: format!("trb-{h}"), peer: format!("trp-{h}"), table: format!("tinyrun-{h}") }
+    Names { host: format!("trb-{h}"), table: format!("tinyrun-{h}") }
 }
 
 /// The name of the box's side once it is in the box.
@@ -503,16 +502,17 @@ async fn host_addrs(h: &Handle) -> Result<Vec<(Ipv4Addr, u8)>> {
     Ok(out)
 }
 
-/// The host side: the pair, the peer moved into the box's namespace, the
-/// host's end addressed and up.
+/// The host side: the pair, made with its peer already in the box's
+/// namespace under its final name (moving or renaming a link afterwards
+/// costs the kernel more), and the host's end addressed and up.
 async fn host_side(h: Handle, n: &Names, link: Link, netns: &File) -> Result<()> {
-    h.link().add(LinkVeth::new(&n.host, &n.peer).build()).execute().await.map_err(netlink_err("create veth"))?;
-    let peer = index_of(&h, &n.peer).await?.ok_or_else(|| Error::Network("veth peer vanished".into()))?;
-    h.link()
-        .set(LinkUnspec::new_with_index(peer).setns_by_fd(netns.as_raw_fd()).build())
-        .execute()
-        .await
-        .map_err(netlink_err("move veth into the box"))?;
+    use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
+    let peer = LinkUnspec::new_with_name(BOX_LINK).setns_by_fd(netns.as_raw_fd()).build();
+    let pair = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+        .name(n.host.clone())
+        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+        .build();
+    h.link().add(pair).execute().await.map_err(netlink_err("create veth"))?;
     let host = index_of(&h, &n.host).await?.ok_or_else(|| Error::Network("veth vanished".into()))?;
     h.address()
         .add(host, IpAddr::V4(link.gateway), 30)
@@ -524,13 +524,8 @@ async fn host_side(h: Handle, n: &Names, link: Link, netns: &File) -> Result<()>
 }
 
 /// The box's side, run from a thread inside the box's namespace.
-async fn box_side(h: Handle, n: &Names, link: Link) -> Result<()> {
-    let peer = index_of(&h, &n.peer).await?.ok_or_else(|| Error::Network("veth peer not in the box".into()))?;
-    h.link()
-        .set(LinkUnspec::new_with_index(peer).name(BOX_LINK.to_string()).build())
-        .execute()
-        .await
-        .map_err(netlink_err("rename the box's veth"))?;
+async fn box_side(h: Handle, link: Link) -> Result<()> {
+    let peer = index_of(&h, BOX_LINK).await?.ok_or_else(|| Error::Network("veth peer not in the box".into()))?;
     h.address().add(peer, IpAddr::V4(link.addr), 30).execute().await.map_err(netlink_err("address the box"))?;
     h.link().set(LinkUnspec::new_with_index(peer).up().build()).execute().await.map_err(netlink_err("box veth up"))?;
     let route = RouteMessageBuilder::<Ipv4Addr>::new().gateway(link.gateway).output_interface(peer).build();
@@ -664,7 +659,7 @@ pub(crate) fn setup(root: &Path, id: &str, pid: i32, egress: &Egress) -> Result<
     nft("install the box's egress rules", &ruleset(&n, link, egress.dns, &allow))?;
     forwarding()?;
     with_netlink(async |h| host_side(h, &n, link, &netns).await)?;
-    in_netns(&netns, || with_netlink(async |h| box_side(h, &n, link).await))
+    in_netns(&netns, || with_netlink(async |h| box_side(h, link).await))
 }
 
 /// Removes what [`setup`] made for box `id`: its table, its link (and with
@@ -775,7 +770,7 @@ mod tests {
     #[test]
     fn names_fit_a_link_name_and_are_stable() {
         let a = names("run-0123456789ab");
-        assert!(a.host.len() <= 15 && a.peer.len() <= 15, "{} {}", a.host, a.peer);
+        assert!(a.host.len() <= 15, "{}", a.host);
         assert_eq!(a.host, names("run-0123456789ab").host);
         assert_ne!(a.host, names("run-0123456789ac").host);
     }
