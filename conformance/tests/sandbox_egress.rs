@@ -6,7 +6,7 @@
 //! serves HTTP on every address it has: a public-looking 198.51.100.10 and .11, the metadata
 //! address 169.254.169.254, and private addresses in 10/8, 172.16/12, 192.168/16 and 100.64/10;
 //! a UDP echo on port 53 stands in for a resolver at 10.55.0.53. The host namespace serves HTTP
-//! on its own uplink address (192.0.2.2) and so on the box's gateway address too.
+//! on its own uplink address (203.0.113.2) and so on the box's gateway address too.
 //!
 //! Every probe first runs from the host namespace itself, as a control: each server answers
 //! there, so a refusal seen from the box is the box's rules, not a dead server. Checked: the
@@ -48,7 +48,7 @@ const PRIVATE: [&str; 4] = ["10.55.0.1", "172.16.5.1", "192.168.7.1", "100.64.3.
 const RESOLVER: &str = "10.55.0.53";
 /// The host namespace's uplink address, and the first box's gateway (the default link range's
 /// first /30).
-const HOST_UPLINK: &str = "192.0.2.2";
+const HOST_UPLINK: &str = "203.0.113.2";
 const GATEWAY: &str = "169.254.64.1";
 
 /// `server.py UDPADDR PORT...`: serves HTTP on each PORT (all addresses), answering `hello from
@@ -140,7 +140,7 @@ impl Net {
             &format!(
                 "ip link set lo up; ip link add up0 type veth peer name inet0; exec 9<{i}; \
                  ip link set inet0 netns /proc/self/fd/9; ip addr add {HOST_UPLINK}/24 dev up0; ip link set up0 up; \
-                 ip route add default via 192.0.2.1"
+                 ip route add default via 203.0.113.1"
             ),
         );
         let mut lo_addrs = vec![PUBLIC, PUBLIC2, METADATA, RESOLVER];
@@ -148,7 +148,7 @@ impl Net {
         let adds: String = lo_addrs.iter().map(|a| format!("ip addr add {a}/32 dev lo; ")).collect();
         sh(
             &net.internet,
-            &format!("ip link set lo up; ip addr add 192.0.2.1/24 dev inet0; ip link set inet0 up; {adds}"),
+            &format!("ip link set lo up; ip addr add 203.0.113.1/24 dev inet0; ip link set inet0 up; {adds}"),
         );
         for (ns, args) in [(&h, [HOST_UPLINK, "80", "8080"]), (&i, [RESOLVER, "80", "8080"])] {
             let mut c = Command::new("nsenter");
@@ -216,8 +216,8 @@ impl Net {
             left.push(format!("nftables {t}"));
         }
         for r in out(&self.host, &["ip", "-4", "route", "show", "table", "all"]).lines() {
-            let ours = r.starts_with("default via 192.0.2.1 dev up0")
-                || r.starts_with("192.0.2.0/24 dev up0")
+            let ours = r.starts_with("default via 203.0.113.1 dev up0")
+                || r.starts_with("203.0.113.0/24 dev up0")
                 || r.contains("table local");
             if !ours {
                 left.push(format!("route {r}"));

@@ -626,8 +626,8 @@ impl Records {
         });
         let Some(net) = free else {
             return Err(Error::InvalidState(format!(
-                "no free /30 left in the egress link range {range} for sandbox {id}: terminate boxes or choose a \
-                 larger --egress-range"
+                "no free /30 left in the egress link range {range} for sandbox {id}: each is used by a box or \
+                 overlaps an address or subnet of the host's; terminate boxes or choose another --egress-range"
             )));
         };
         let path = self.dir.join(Ipv4Addr::from(net).to_string());
