@@ -96,11 +96,11 @@ pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[
             (storage::mount_image(dir, &img, host_id)?, Some(img.env))
         }
     };
-    // Made here, as the host's root, the way runc makes mount points: the
-    // box's own root can't create them in a root filesystem it doesn't own.
     if opts.egress.as_ref().is_some_and(|e| e.dns.is_some()) {
         crate::net::resolv_conf_mountpoint(&root, image_env.is_some(), host_id)?;
     }
+    // Made here, as the host's root, the way runc makes mount points: the
+    // box's own root can't create them in a root filesystem it doesn't own.
     mountpoints(&root, &mounts)?;
     reachable(&root)?;
     let spec = spec_json(id, &root, opts, args, mounts, host_id, image_env.as_deref())?;
