@@ -14,8 +14,8 @@
 //! address and port; `--dns` writes the box's resolv.conf and opens port 53 of the resolver and
 //! nothing else there; the default stays loopback only; after `run`, `terminate` and a killed
 //! supervisor no veth, nftables table or route is left; bad egress options fail with nothing
-//! left; a box whose set-up fails does not start; a pooled egress box serves only runs with the
-//! same egress options.
+//! left; a box whose set-up fails (no free link, rules nft refuses) does not start; a pooled
+//! egress box serves only runs with the same egress options.
 //!
 //! Each test prints `SANDBOX <name>: <what it saw>` before it asserts.
 
@@ -553,4 +553,39 @@ fn dns_over_an_images_resolv_conf_symlink() {
     assert!(!rootfs.ok() && rootfs.stderr.contains("/etc/resolv.conf"), "{rootfs}");
     assert!(net.net_leftovers().is_empty(), "{:?}", net.net_leftovers());
     net.sb.assert_clean("runs with --dns");
+}
+
+/// The rules fail to install (an `nft` that refuses them, bound over /usr/sbin/nft in a mount
+/// namespace of this run only): the box does not start, and no link or table is left.
+#[test]
+fn a_rule_that_fails_to_install_starts_nothing() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_nft_fails");
+    let dir = net.sb.rt.tempdir();
+    let fake = dir.join("nft");
+    fs::write(&fake, "#!/bin/sh\necho 'Error: refused by the test' >&2\nexit 1\n").expect("fake nft");
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut v = vec!["run"];
+    v.extend(net.sb.common());
+    v.extend(["--network", "egress", "--", "sh", "-c", "echo started"]);
+    let inner = net.tinyrun(&v);
+    let mut c = Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c", "mount --bind \"$0\" /usr/sbin/nft && exec \"$@\""]);
+    c.arg(&fake).arg(inner.get_program()).args(inner.get_args());
+    for (k, val) in inner.get_envs() {
+        if let Some(val) = val {
+            c.env(k, val);
+        }
+    }
+    c.stdin(Stdio::null());
+    let o = net.sb.rt.output(c);
+    let left = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!("exit {:?}, stderr {:?}, stdout {:?}; left {left:?}", o.code(), o.stderr.trim(), o.stdout),
+    );
+    assert!(!o.ok() && o.stderr.contains("refused by the test"), "{o}");
+    assert!(!o.stdout.contains("started"), "the box ran without its rules\n{o}");
+    assert!(left.is_empty(), "{left:?}");
+    net.sb.assert_clean("a failed rule install");
 }
