@@ -441,14 +441,16 @@ fn nft(what: &str, commands: &Value) -> Result<()> {
     let text = commands.to_string();
     let wrote = child.stdin.take().map(|mut s| s.write_all(text.as_bytes()));
     let out = child.wait_with_output().map_err(|e| Error::io("run", bin, e))?;
-    if let Some(Err(e)) = wrote {
-        return Err(Error::io("write to", bin, e));
-    }
+    // nft's own complaint first: a write cut short (EPIPE) only says it
+    // stopped reading.
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         return Err(Error::Network(format!("{what}: nft failed ({}): {}", out.status, err.trim())));
     }
-    Ok(())
+    match wrote {
+        Some(Err(e)) => Err(Error::io("write to", bin, e)),
+        _ => Ok(()),
+    }
 }
 
 // ------------------------------------------------------------------------------------------------
