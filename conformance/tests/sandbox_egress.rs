@@ -370,7 +370,11 @@ fn a_killed_supervisor_leaks_no_network() {
     v.extend(net.sb.common());
     v.extend(["--network", "egress", "--", "sleep", "60"]);
     let running = net.sb.rt.spawn_cmd(net.tinyrun(&v));
-    wait_for("the box's veth and table", 20, || net.net_leftovers().iter().any(|l| l.starts_with("nftables")));
+    // The box is up once its command runs: the table and the link are made before it starts.
+    wait_for("the box's veth and table", 20, || {
+        let left = net.net_leftovers();
+        left.iter().any(|l| l.starts_with("nftables")) && left.iter().any(|l| l.starts_with("link trb-"))
+    });
     let during = net.net_leftovers();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(running.child.id() as i32), nix::sys::signal::SIGKILL)
         .expect("kill");
