@@ -370,7 +370,7 @@ fn a_killed_supervisor_leaks_no_network() {
     v.extend(net.sb.common());
     v.extend(["--network", "egress", "--", "sleep", "60"]);
     let running = net.sb.rt.spawn_cmd(net.tinyrun(&v));
-    // The box is up once its command runs: the table and the link are made before it starts.
+    // Set-up is done once both are there: the table first, then the link.
     wait_for("the box's veth and table", 20, || {
         let left = net.net_leftovers();
         left.iter().any(|l| l.starts_with("nftables")) && left.iter().any(|l| l.starts_with("link trb-"))
