@@ -237,7 +237,7 @@ fn names(id: &str) -> Names {
     Names { host: format!("trb-{h}"), table: format!("tinyrun-{h}") }
 }
 
-/// The name of the box's side once it is in the box.
+/// The name of the box's end of the pair, in the box's namespace.
 const BOX_LINK: &str = "eth0";
 
 /// One box's /30: the host's side, the box's side.
