@@ -13,9 +13,9 @@
 //! public address is reached (through NAT) and nothing else is; `--allow-host` narrows to one
 //! address and port; `--dns` writes the box's resolv.conf and opens port 53 of the resolver and
 //! nothing else there; the default stays loopback only; after `run`, `terminate` and a killed
-//! supervisor no veth, nftables table or route is left; bad egress options fail with nothing
-//! left; a box whose set-up fails (no free link, rules nft refuses) does not start; a pooled
-//! egress box serves only runs with the same egress options.
+//! supervisor (also one killed mid set-up, then the next run) no veth, nftables table or route is
+//! left; bad egress options fail with nothing left; a box whose set-up fails (no free link, rules
+//! nft refuses) does not start; a pooled egress box serves only runs with the same egress options.
 //!
 //! Each test prints `SANDBOX <name>: <what it saw>` before it asserts.
 
@@ -592,4 +592,55 @@ fn a_rule_that_fails_to_install_starts_nothing() {
     assert!(!o.stdout.contains("started"), "the box ran without its rules\n{o}");
     assert!(left.is_empty(), "{left:?}");
     net.sb.assert_clean("a failed rule install");
+}
+
+/// The supervisor dies right after the rules are installed and before the link exists (an `nft`
+/// that runs the real one, then SIGKILLs its caller): the table it left is removed by the next
+/// `sandbox run`, and the box never ran.
+#[test]
+fn a_supervisor_killed_mid_setup_leaks_no_network() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_killed_setup");
+    let dir = net.sb.rt.tempdir();
+    let (real, fake) = (dir.join("nft.real"), dir.join("nft"));
+    fs::write(&real, "").expect("mount point");
+    let script = format!("#!/bin/sh\n{} \"$@\"\nkill -KILL $PPID\n", real.display());
+    fs::write(&fake, script).expect("fake nft");
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut v = vec!["run"];
+    v.extend(net.sb.common());
+    v.extend(["--network", "egress", "--", "sh", "-c", "echo started"]);
+    let inner = net.tinyrun(&v);
+    let mut c = Command::new("unshare");
+    let mounts = "mount --bind /usr/sbin/nft \"$0\" && mount --bind \"$1\" /usr/sbin/nft && shift && exec \"$@\"";
+    c.args(["-m", "--propagation", "private", "sh", "-c", mounts]).arg(&real).arg(&fake);
+    c.arg(inner.get_program()).args(inner.get_args());
+    for (k, val) in inner.get_envs() {
+        if let Some(val) = val {
+            c.env(k, val);
+        }
+    }
+    c.stdin(Stdio::null());
+    let o = net.sb.rt.output(c);
+    let after_kill = net.net_leftovers();
+    let mut next = vec!["run"];
+    next.extend(net.sb.common());
+    next.extend(["--", "true"]);
+    let n = net.sandbox(&next);
+    let after = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!(
+            "killed run: {:?} stdout {:?}; left then: {after_kill:?}; next run exit {:?}; left: {after:?}",
+            o.code(),
+            o.stdout,
+            n.code()
+        ),
+    );
+    assert!(!o.ok() && !o.stdout.contains("started"), "{o}");
+    assert!(after_kill.iter().any(|l| l.starts_with("nftables")), "the rules were installed: {after_kill:?}");
+    assert!(!after_kill.iter().any(|l| l.starts_with("link")), "the link came after the kill: {after_kill:?}");
+    assert!(n.ok(), "{n}");
+    assert!(after.is_empty(), "a killed set-up's networking left behind: {after:?}");
+    net.sb.assert_clean("a set-up killed, then a run");
 }
