@@ -12,7 +12,8 @@
 //! there, so a refusal seen from the box is the box's rules, not a dead server. Checked: the
 //! public address is reached (through NAT) and nothing else is; `--allow-host` narrows to one
 //! address and port; `--dns` writes the box's resolv.conf and opens port 53 of the resolver and
-//! nothing else there; the default stays loopback only; after `run`, `terminate` and a killed
+//! nothing else there; IPv6 from the box reaches not even the host's link-local address on its
+//! link; the default stays loopback only; after `run`, `terminate` and a killed
 //! supervisor (also one killed mid set-up, then the next run) no veth, nftables table or route is
 //! left; bad egress options fail with nothing left; a box whose set-up fails (no free link, rules
 //! nft refuses) does not start; a pooled egress box serves only runs with the same egress options.
@@ -51,7 +52,7 @@ const RESOLVER: &str = "10.55.0.53";
 const HOST_UPLINK: &str = "203.0.113.2";
 const GATEWAY: &str = "169.254.64.1";
 
-/// `server.py UDPADDR PORT...`: serves HTTP on each PORT (all addresses), answering `hello from
+/// `server.py UDPADDR PORT...`: serves HTTP on each PORT (all addresses; `6:PORT` on IPv6), answering `hello from
 /// <address> to <client's address>`, and echoes UDP on UDPADDR:53 (bound to that address, so replies come from it);
 /// prints `ready` once bound.
 const SERVER: &str = r#"
@@ -62,8 +63,13 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers()
         self.wfile.write(b)
     def log_message(self, *a): pass
+class H6(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
 for p in sys.argv[2:]:
-    s = http.server.ThreadingHTTPServer(("0.0.0.0", int(p)), H)
+    if p.startswith("6:"):
+        s = H6(("::", int(p[2:])), H)
+    else:
+        s = http.server.ThreadingHTTPServer(("0.0.0.0", int(p)), H)
     threading.Thread(target=s.serve_forever, daemon=True).start()
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((sys.argv[1], 53))
 print("ready", flush=True)
@@ -150,7 +156,7 @@ impl Net {
             &net.internet,
             &format!("ip link set lo up; ip addr add 203.0.113.1/24 dev inet0; ip link set inet0 up; {adds}"),
         );
-        for (ns, args) in [(&h, [HOST_UPLINK, "80", "8080"]), (&i, [RESOLVER, "80", "8080"])] {
+        for (ns, args) in [(&h, [HOST_UPLINK, "80", "6:8081"]), (&i, [RESOLVER, "80", "8080"])] {
             let mut c = Command::new("nsenter");
             c.arg(format!("--net={ns}")).arg("python3").arg(&server).args(args);
             let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server");
@@ -643,4 +649,57 @@ fn a_supervisor_killed_mid_setup_leaks_no_network() {
     assert!(n.ok(), "{n}");
     assert!(after.is_empty(), "a killed set-up's networking left behind: {after:?}");
     net.sb.assert_clean("a set-up killed, then a run");
+}
+
+/// One HTTP GET to `[ADDR%DEV]:8081` over IPv6, 2 s at most: `v6=<body or error class>`.
+const PROBE6: &str = r#"
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], 8081), timeout=2)
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    d = b""
+    while True:
+        c = s.recv(4096)
+        if not c: break
+        d += c
+    print("v6=" + d.decode(errors="replace").strip().splitlines()[-1].replace(" ", "_"))
+except OSError as e:
+    print("v6=refused:" + type(e).__name__)
+"#;
+
+/// The host's end of the box's link has an IPv6 link-local address, as every link does, and the
+/// host serves HTTP on IPv6 there: from the box it is refused (IPv6 from a box reaches nothing,
+/// fe80::/10 with the rest). Both ends' addresses are waited for until usable (past duplicate
+/// address detection), so a refusal is the rules'; the control is the host namespace reaching the
+/// same address itself.
+#[test]
+fn ipv6_from_the_box_reaches_nothing() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_ipv6");
+    let mut v = vec!["launch"];
+    v.extend(net.sb.common());
+    v.extend(["--network", "egress"]);
+    let o = net.sandbox(&v);
+    assert!(o.ok(), "{o}");
+    let id = o.stdout.trim().to_string();
+    let link = net
+        .net_leftovers()
+        .into_iter()
+        .find_map(|l| l.strip_prefix("link ").map(str::to_string))
+        .expect("the box's link");
+    let pid = net.sb.list().into_iter().find(|(i, _, _)| *i == id).map(|(_, _, p)| p).expect("box pid");
+    let boxns = PathBuf::from(format!("/proc/{pid}/ns/net"));
+    let usable = |ns: &Path, dev: &str| {
+        let a = out(ns, &["ip", "-6", "addr", "show", "dev", dev, "scope", "link"]);
+        a.contains("inet6 fe80") && !a.contains("tentative")
+    };
+    wait_for("both ends' link-local addresses", 10, || usable(&net.host, &link) && usable(&boxns, "eth0"));
+    let a = out(&net.host, &["ip", "-6", "-o", "addr", "show", "dev", &link, "scope", "link"]);
+    let addr = a.split_whitespace().skip_while(|w| *w != "inet6").nth(1).and_then(|c| c.split('/').next());
+    let addr = addr.expect("link-local address").to_string();
+    let control = out(&net.host, &["python3", "-c", PROBE6, &format!("{addr}%{link}")]);
+    let probe = net.sandbox(&["exec", &id, "--", "python3", "-c", PROBE6, &format!("{addr}%eth0")]);
+    saw(net.sb.name, format!("host link {link} at {addr}: control {control:?}, from the box {:?}", probe.stdout));
+    assert!(control.trim().starts_with("v6=hello_from_"), "control: {control}");
+    assert!(probe.ok() && probe.stdout.trim().starts_with("v6=refused:"), "{probe}");
 }
