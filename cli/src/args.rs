@@ -167,9 +167,19 @@ pub(crate) struct SandboxSizeArgs {
     /// set an environment variable (repeatable)
     #[arg(short, long, value_name = "NAME=VALUE")]
     pub env: Vec<String>,
-    /// network: "loopback" (default) or "none" (loopback left down)
+    /// network: "loopback" (default), "none" (loopback left down), or "egress" (NAT to the host's uplink, with
+    /// 169.254/16, the private ranges and the host itself refused)
+    ///
+    /// "egress" gives the box eth0, a veth to the host with a default route through it; the host masquerades its
+    /// IPv4 traffic to its own uplink. Refused from the box, by rules in the host's namespace: 169.254.0.0/16
+    /// (cloud metadata), 10/8, 172.16/12, 192.168/16, 100.64/10, 0/8, 127/8, 224/4, 240/4, all IPv6 (fc00::/7 and
+    /// fe80::/10 with it), every address of the host itself, and connections into the box. --allow-host narrows
+    /// this further; --dns names the resolver and opens its port 53 only. Needs nft (nftables); turns on
+    /// net.ipv4.ip_forward if it is off. If any part fails to install, the box does not start.
     #[arg(long, value_name = "MODE", default_value = "loopback")]
     pub network: String,
+    #[command(flatten)]
+    pub egress: SandboxEgressArgs,
     /// loosen: keep the root filesystem writable
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub writable_root: bool,
@@ -180,6 +190,23 @@ pub(crate) struct SandboxSizeArgs {
     /// (default 1879048192:268304384, i.e. 0x70000000 up to 0x7FFE0000)
     #[arg(long, value_name = "FIRST:COUNT", env = "TINYRUN_SANDBOX_ID_RANGE")]
     pub id_range: Option<String>,
+}
+
+/// The options of `--network egress`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SandboxEgressArgs {
+    /// with --network egress: allow only this destination, a host name (resolved once, at set-up) or an IPv4
+    /// address, and only PORT there if given (repeatable)
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub allow_host: Vec<String>,
+    /// with --network egress: the resolver the box's /etc/resolv.conf names; port 53 there is allowed even if the
+    /// address is private or the host's own
+    #[arg(long, value_name = "IP")]
+    pub dns: Option<String>,
+    /// with --network egress: where each box's /30 link comes from, inside 169.254.0.0/16 or 100.64.0.0/10
+    /// (default 169.254.64.0/18)
+    #[arg(long, value_name = "CIDR", env = "TINYRUN_SANDBOX_EGRESS_RANGE")]
+    pub egress_range: Option<String>,
 }
 
 #[derive(Debug, Args)]

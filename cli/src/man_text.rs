@@ -16,8 +16,10 @@ const STATE_FILES: &str = "/run/tinyrun (or the directory given with --root): th
 
 const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): sandbox/ (the boxes' container state), \
      sandbox-bundles/ (their bundles and generated roots), sandbox-pool/ (how many pooled boxes to keep, per \
-     configuration) and sandbox-ids/ (the host id ranges in use, one file per box). /etc/subuid and /etc/subgid \
-     are read so no box gets a range listed there.";
+     configuration), sandbox-ids/ (the host id ranges in use, one file per box) and sandbox-net/ (the /30 link \
+     of each box with --network egress, one file per box, named by its first address). /etc/subuid and \
+     /etc/subgid are read so no box gets a range listed there. With --network egress, the box's host-side link \
+     trb-<hash> and nftables table inet tinyrun-<hash> live in the host's network namespace.";
 
 const ZERO_OR_ONE: &str = "0 on success; 1 on any error, with the error on stderr (and, with --log, in the log).";
 
@@ -89,6 +91,10 @@ pub(crate) fn extra(name: &str) -> Extra {
             &[
                 ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
                 ("tinyrun sandbox run --json --timeout 2s -- sh -c 'sleep 5'", "a result object, timed out"),
+                (
+                    "tinyrun sandbox run --network egress --dns 192.0.2.53 --allow-host pypi.org:443 -- pip download x",
+                    "egress to one host and port, names resolved by 192.0.2.53",
+                ),
             ],
         ),
         _ if name.starts_with("tinyrun-sandbox") => (

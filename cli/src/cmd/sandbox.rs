@@ -85,6 +85,27 @@ fn files(o: &mut SandboxOptions, a: &SandboxFilesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--network egress` and its options, which mean nothing without it.
+fn egress(a: &SandboxSizeArgs) -> anyhow::Result<Option<sandbox::Egress>> {
+    let e = &a.egress;
+    if a.network != "egress" {
+        let given = [(!e.allow_host.is_empty(), "--allow-host"), (e.dns.is_some(), "--dns")];
+        if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
+            anyhow::bail!("{flag} needs --network egress (the box has no route out with --network {})", a.network);
+        }
+        return Ok(None);
+    }
+    let mut eg = sandbox::Egress {
+        allow: e.allow_host.iter().map(|h| h.parse::<sandbox::AllowHost>()).collect::<Result<_, _>>()?,
+        dns: e.dns.as_deref().map(sandbox::parse_dns).transpose()?,
+        ..Default::default()
+    };
+    if let Some(r) = &e.egress_range {
+        eg.range = r.parse::<sandbox::Cidr>()?;
+    }
+    Ok(Some(eg))
+}
+
 /// A preset (default: the defaults) with any explicit size on top.
 fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
     let mut o = match &a.preset {
@@ -113,10 +134,11 @@ fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
     o.image = a.image.as_deref().map(super::absolute);
     o.env = a.env.clone();
     o.loopback = match a.network.as_str() {
-        "loopback" => true,
+        "loopback" | "egress" => true,
         "none" => false,
-        n => anyhow::bail!("invalid --network {n:?}: loopback or none"),
+        n => anyhow::bail!("invalid --network {n:?}: loopback, none or egress"),
     };
+    o.egress = egress(a)?;
     o.writable_root = a.writable_root;
     o.no_seccomp = a.no_seccomp;
     if let Some(r) = &a.id_range {

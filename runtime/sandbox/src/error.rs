@@ -46,6 +46,10 @@ pub enum Error {
     /// A copy into or out of a box was refused or failed.
     #[error("{0}")]
     Copy(String),
+    /// The box's guarded egress (`--network egress`) could not be set up or
+    /// removed: the box does not start without it.
+    #[error("sandbox network: {0}")]
+    Network(String),
     /// The box's spec or the shipped seccomp profile could not be made.
     #[error("{0}")]
     InvalidSpec(String),

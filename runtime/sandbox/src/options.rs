@@ -59,6 +59,10 @@ pub struct SandboxOptions {
     /// Give the box a network namespace of its own with loopback up (the
     /// default); false shares nothing either way, it only skips `lo`.
     pub loopback: bool,
+    /// `--network egress`: a veth pair and NAT to the host's uplink, with
+    /// the metadata and private ranges and the host itself refused (module
+    /// `net`). Needs `loopback`.
+    pub egress: Option<crate::net::Egress>,
     /// Extra `NAME=VALUE` variables.
     pub env: Vec<String>,
     /// Keep the root writable (an explicit loosening).
@@ -107,6 +111,7 @@ impl SandboxOptions {
             rootfs: None,
             bundle: None,
             loopback: true,
+            egress: None,
             env: Vec::new(),
             writable_root: false,
             no_seccomp: false,

@@ -103,10 +103,14 @@ fn remove_box(root: &Path, id: &str) -> Result<()> {
 /// host ids.
 fn remove_rest(root: &Path, id: &str) -> Result<()> {
     let bundle = dirs(root).1.join(id);
+    // Its network first: while the bundle dir is there, a crash before
+    // this leaves a box that still counts as alive, never a leak no one
+    // looks for.
+    let net = super::net::teardown(root, id);
     // Unmounted first: removing the dir must not reach into the box's files.
     super::storage::release(&bundle)?;
     let removed = remove_dir(&bundle);
-    removed.and(Allocator::new(root).release(id))
+    net.and(removed).and(Allocator::new(root).release(id))
 }
 
 /// Runs `cmd` in a fresh sandbox and removes it. With `capture`, output is
@@ -137,6 +141,7 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         let mut c = rt.create(&id, &create)?;
         let (out_r, err_r) = io.readers();
         let pid = Pid::from_raw(c.pid());
+        egress(root, &id, c.pid(), opts)?;
         c.start()?;
         drop(c);
         let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)?;
@@ -148,6 +153,12 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         (Err(e), _) => Err(e),
         (Ok(_), Err(e)) => Err(e),
     }
+}
+
+/// Gives box `id` (created, its init `pid` not yet started) its guarded
+/// egress when asked: an error here keeps the box from starting.
+fn egress(root: &Path, id: &str, pid: i32, opts: &SandboxOptions) -> Result<()> {
+    opts.egress.as_ref().map_or(Ok(()), |e| super::net::setup(root, id, pid, e))
 }
 
 fn remove_dir(p: &Path) -> Result<()> {
@@ -230,6 +241,7 @@ fn collect_garbage(root: &Path) {
         }
     }
     let _ = Allocator::new(root).collect(&box_exists(root));
+    let _ = super::net::collect(root, &box_exists(root));
 }
 
 /// Makes a persistent sandbox whose init idles until terminated; returns its id.
@@ -255,6 +267,7 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
             ..Default::default()
         };
         let mut c = rt.create(&id, &create)?;
+        egress(root, &id, c.pid(), opts)?;
         Ok(c.start()?)
     })();
     if let Err(e) = made {

@@ -76,7 +76,13 @@ fn plan(opts: &SandboxOptions, scratch: &Path) -> Result<Plan> {
 /// box `id`, whose ids inside map to host ids `host_id..host_id + 65536`.
 pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[String], host_id: u32) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io("create sandbox bundle", dir))?;
-    let Plan { root, mounts } = plan(opts, &dir.join(storage::SCRATCH))?;
+    let Plan { root, mut mounts } = plan(opts, &dir.join(storage::SCRATCH))?;
+    if let Some(dns) = opts.egress.as_ref().and_then(|e| e.dns) {
+        // The box's resolver, whatever root it has: a file of ours on top.
+        let conf = dir.join("resolv.conf");
+        std::fs::write(&conf, crate::net::resolv_conf(dns)).map_err(io("write", &conf))?;
+        mounts.push(bind_ro(&conf, "/etc/resolv.conf"));
+    }
     storage::mount_scratch(dir, opts.tmpfs_size, host_id, matches!(root, Root::Image(_)))?;
     let (root, image_env) = match root {
         Root::Given(r) => (r, None),
@@ -90,6 +96,9 @@ pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[
             (storage::mount_image(dir, &img, host_id)?, Some(img.env))
         }
     };
+    if opts.egress.as_ref().is_some_and(|e| e.dns.is_some()) {
+        crate::net::resolv_conf_mountpoint(&root, image_env.is_some(), host_id)?;
+    }
     // Made here, as the host's root, the way runc makes mount points: the
     // box's own root can't create them in a root filesystem it doesn't own.
     mountpoints(&root, &mounts)?;
@@ -125,7 +134,8 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
             *v = Value::Null;
         }
     }
-    let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback, "image": image});
+    let egress = opts.egress.as_ref().map(|e| format!("{e:?}"));
+    let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback, "image": image, "egress": egress});
     let bytes = serde_json::to_vec(&whole).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     let sum = Sha256::digest(&bytes);
     Ok(sum.iter().take(8).map(|b| format!("{b:02x}")).collect())

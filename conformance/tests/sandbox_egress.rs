@@ -1,0 +1,705 @@
+//! `tinyrun sandbox --network egress`, driven through the binary, entirely inside network
+//! namespaces this test makes; no packet leaves the machine.
+//!
+//! The topology: tinyrun itself runs in a test namespace "host" (`nsenter --net`), whose default
+//! route goes over a veth pair to a second test namespace "internet". The internet namespace
+//! serves HTTP on every address it has: a public-looking 198.51.100.10 and .11, the metadata
+//! address 169.254.169.254, and private addresses in 10/8, 172.16/12, 192.168/16 and 100.64/10;
+//! a UDP echo on port 53 stands in for a resolver at 10.55.0.53. The host namespace serves HTTP
+//! on its own uplink address (203.0.113.2) and so on the box's gateway address too.
+//!
+//! Every probe first runs from the host namespace itself, as a control: each server answers
+//! there, so a refusal seen from the box is the box's rules, not a dead server. Checked: the
+//! public address is reached (through NAT) and nothing else is; `--allow-host` narrows to one
+//! address and port; `--dns` writes the box's resolv.conf and opens port 53 of the resolver and
+//! nothing else there; IPv6 from the box reaches not even the host's link-local address on its
+//! link; the default stays loopback only; after `run`, `terminate` and a killed
+//! supervisor (also one killed mid set-up, then the next run) no veth, nftables table or route is
+//! left; bad egress options fail with nothing left; a box whose set-up fails (no free link, rules
+//! nft refuses) does not start; a pooled egress box serves only runs with the same egress options.
+//!
+//! Each test prints `SANDBOX <name>: <what it saw>` before it asserts.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tinyrun_conformance::sandbox::{saw, wait_for, Sbx};
+use tinyrun_conformance::{kv, require_root, Out};
+
+/// Root, and `nft` (which the runtime needs for egress, and the tests to look at its tables).
+macro_rules! require_root_and_nft {
+    () => {
+        require_root!();
+        if !Path::new("/usr/sbin/nft").exists() {
+            tinyrun_conformance::missing_prerequisite!("nft (conformance/install-deps installs nftables)");
+        }
+    };
+}
+
+/// Addresses of the internet namespace (all on its `lo`).
+const PUBLIC: &str = "198.51.100.10";
+const PUBLIC2: &str = "198.51.100.11";
+const METADATA: &str = "169.254.169.254";
+const PRIVATE: [&str; 4] = ["10.55.0.1", "172.16.5.1", "192.168.7.1", "100.64.3.1"];
+const RESOLVER: &str = "10.55.0.53";
+/// The host namespace's uplink address, and the first box's gateway (the default link range's
+/// first /30).
+const HOST_UPLINK: &str = "203.0.113.2";
+const GATEWAY: &str = "169.254.64.1";
+
+/// `server.py UDPADDR PORT...`: serves HTTP on each PORT (all addresses; `6:PORT` on IPv6), answering `hello from
+/// <address> to <client's address>`, and echoes UDP on UDPADDR:53 (bound to that address, so replies come from it);
+/// prints `ready` once bound.
+const SERVER: &str = r#"
+import http.server, socket, sys, threading
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = ("hello from %s to %s\n" % (self.connection.getsockname()[0], self.client_address[0])).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers()
+        self.wfile.write(b)
+    def log_message(self, *a): pass
+class H6(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+for p in sys.argv[2:]:
+    if p.startswith("6:"):
+        s = H6(("::", int(p[2:])), H)
+    else:
+        s = http.server.ThreadingHTTPServer(("0.0.0.0", int(p)), H)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((sys.argv[1], 53))
+print("ready", flush=True)
+while True:
+    d, a = u.recvfrom(512); u.sendto(b"echo:" + d, a)
+"#;
+
+/// Tries each `tcp:IP:PORT` (an HTTP GET) or `udp:IP:PORT` (one datagram) at once, 3 s each;
+/// prints `TARGET=<body or error class>`.
+const PROBE: &str = r#"
+import socket, sys, threading
+res = {}
+def go(t):
+    proto, ip, port = t.split(":")
+    try:
+        if proto == "tcp":
+            s = socket.create_connection((ip, int(port)), timeout=3)
+            s.sendall(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+            d = b""
+            while True:
+                c = s.recv(4096)
+                if not c: break
+                d += c
+            res[t] = d.decode(errors="replace").strip().splitlines()[-1].replace(" ", "_")
+        else:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+            s.sendto(b"q", (ip, int(port))); res[t] = s.recvfrom(512)[0].decode()
+    except OSError as e:
+        res[t] = "refused:" + type(e).__name__
+ts = [threading.Thread(target=go, args=(t,)) for t in sys.argv[1:]]
+[t.start() for t in ts]; [t.join() for t in ts]
+for t in sys.argv[1:]: print(t + "=" + res[t])
+"#;
+
+/// The two namespaces, their servers, and the probe script; `Drop` terminates every box from
+/// inside the host namespace (where its veth and table are), then kills the servers. The
+/// namespaces themselves are bind mounts the harness removes, and with them every link, route
+/// and table made in them.
+struct Net {
+    host: PathBuf,
+    internet: PathBuf,
+    probe: PathBuf,
+    servers: Vec<Child>,
+    sb: Sbx,
+}
+
+fn sh(ns: &Path, cmd: &str) {
+    let o = Command::new("nsenter").arg(format!("--net={}", ns.display())).args(["sh", "-ec", cmd]).output();
+    let o = o.expect("nsenter");
+    assert!(o.status.success(), "{cmd}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn out(ns: &Path, args: &[&str]) -> String {
+    let o = Command::new("nsenter").arg(format!("--net={}", ns.display())).args(args).output().expect("nsenter");
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+impl Net {
+    fn new(name: &'static str) -> Net {
+        let sb = Sbx::new(name);
+        let (host, _) = sb.rt.bound_netns();
+        let (internet, _) = sb.rt.bound_netns();
+        let dir = sb.rt.tempdir();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+        let probe = dir.join("probe.py");
+        fs::write(&probe, PROBE).expect("probe");
+        let server = dir.join("server.py");
+        fs::write(&server, SERVER).expect("server");
+        let mut net = Net { host, internet, probe, servers: Vec::new(), sb };
+        let (h, i) = (net.host.display().to_string(), net.internet.display().to_string());
+        sh(
+            &net.host,
+            &format!(
+                "ip link set lo up; ip link add up0 type veth peer name inet0; exec 9<{i}; \
+                 ip link set inet0 netns /proc/self/fd/9; ip addr add {HOST_UPLINK}/24 dev up0; ip link set up0 up; \
+                 ip route add default via 203.0.113.1"
+            ),
+        );
+        let mut lo_addrs = vec![PUBLIC, PUBLIC2, METADATA, RESOLVER];
+        lo_addrs.extend(PRIVATE);
+        let adds: String = lo_addrs.iter().map(|a| format!("ip addr add {a}/32 dev lo; ")).collect();
+        sh(
+            &net.internet,
+            &format!("ip link set lo up; ip addr add 203.0.113.1/24 dev inet0; ip link set inet0 up; {adds}"),
+        );
+        for (ns, args) in [(&h, [HOST_UPLINK, "80", "6:8081"]), (&i, [RESOLVER, "80", "8080"])] {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={ns}")).arg("python3").arg(&server).args(args);
+            let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("server output");
+            net.servers.push(child);
+            assert_eq!(line.trim(), "ready", "the test server in {ns} did not start");
+        }
+        net
+    }
+
+    /// `tinyrun --root R sandbox ARGS...` in the host namespace.
+    fn tinyrun(&self, args: &[&str]) -> Command {
+        let mut v = vec!["sandbox"];
+        v.extend_from_slice(args);
+        let inner = self.sb.rt.command(&v);
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={}", self.host.display())).arg("--").arg(inner.get_program()).args(inner.get_args());
+        for (k, val) in inner.get_envs() {
+            if let Some(val) = val {
+                c.env(k, val);
+            }
+        }
+        c.stdin(Stdio::null());
+        c
+    }
+
+    fn sandbox(&self, args: &[&str]) -> Out {
+        self.sb.rt.output(self.tinyrun(args))
+    }
+
+    /// `sandbox run [tag] OPTS --copy-in probe -- python3 probe TARGETS`: target => outcome.
+    #[track_caller]
+    fn run_probe(&self, opts: &[&str], targets: &[String]) -> (BTreeMap<String, String>, Out) {
+        let copy = format!("{}:/work/probe.py", self.probe.display());
+        let mut v = vec!["run"];
+        v.extend(self.sb.common());
+        v.extend_from_slice(opts);
+        v.extend(["--copy-in", &copy, "--", "python3", "/work/probe.py"]);
+        v.extend(targets.iter().map(String::as_str));
+        let o = self.sandbox(&v);
+        (kv(&o.stdout), o)
+    }
+
+    /// The same probe from the host namespace itself: the control.
+    fn control(&self, targets: &[String]) -> BTreeMap<String, String> {
+        let mut args = vec!["python3", self.probe.to_str().expect("utf-8")];
+        args.extend(targets.iter().map(String::as_str));
+        kv(&out(&self.host, &args))
+    }
+
+    /// What of the boxes' networking is in the host namespace: links other than lo and up0,
+    /// nftables tables, and routes other than the uplink's two.
+    fn net_leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        for l in out(&self.host, &["ip", "-o", "link", "show"]).lines() {
+            let name = l.split(':').nth(1).unwrap_or("").trim().split('@').next().unwrap_or("").to_string();
+            if name != "lo" && name != "up0" {
+                left.push(format!("link {name}"));
+            }
+        }
+        for t in out(&self.host, &["nft", "list", "tables"]).lines().filter(|l| !l.trim().is_empty()) {
+            left.push(format!("nftables {t}"));
+        }
+        for r in out(&self.host, &["ip", "-4", "route", "show", "table", "all"]).lines() {
+            let ours = r.starts_with("default via 203.0.113.1 dev up0")
+                || r.starts_with("203.0.113.0/24 dev up0")
+                || r.contains("table local");
+            if !ours {
+                left.push(format!("route {r}"));
+            }
+        }
+        left
+    }
+
+    fn ruleset(&self) -> String {
+        out(&self.host, &["nft", "list", "ruleset"])
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let state = self.sb.rt.root().join("sandbox");
+        for id in tinyrun_conformance::sandbox::names_in(&state) {
+            let mut c = self.tinyrun(&["terminate", &id]);
+            c.stdout(Stdio::null()).stderr(Stdio::null());
+            let _ = c.status();
+        }
+        for s in &mut self.servers {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}
+
+fn tcp(ip: &str, port: u16) -> String {
+    format!("tcp:{ip}:{port}")
+}
+
+fn reached(res: &BTreeMap<String, String>, t: &str) -> bool {
+    res.get(t).is_some_and(|v| v.starts_with("hello_from_") || v.starts_with("echo:"))
+}
+
+/// The box reaches the public address through NAT (the server sees the host's uplink address,
+/// not the box's), and none of: the metadata address, an address in each private range, the
+/// host's own uplink address, the box's gateway. Every one of them answers the host namespace.
+/// Then: nothing of the box's networking is left. And without `--network egress` the box has
+/// loopback only.
+#[test]
+fn egress_reaches_public_addresses_only() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_public");
+    let mut refused: Vec<String> = vec![tcp(METADATA, 80), tcp(HOST_UPLINK, 80), tcp(GATEWAY, 80)];
+    refused.extend(PRIVATE.iter().map(|a| tcp(a, 80)));
+    let mut targets = vec![tcp(PUBLIC, 80)];
+    targets.extend(refused.iter().cloned());
+    // The gateway exists only while a box does: the control for it is the uplink address, the
+    // same host namespace's server.
+    let control_targets: Vec<String> = targets.iter().filter(|t| !t.contains(GATEWAY)).cloned().collect();
+    let control = net.control(&control_targets);
+    let before = net.net_leftovers();
+    let (res, o) = net.run_probe(&["--network", "egress"], &targets);
+    let after = net.net_leftovers();
+    let (plain, po) = net.run_probe(&[], &[tcp(PUBLIC, 80)]);
+    saw(
+        net.sb.name,
+        format!(
+            "control from the host namespace: {control:?}; from the box: exit {:?} {res:?}; networking left \
+             before: {before:?}, after: {after:?}; default network: {plain:?}",
+            o.code()
+        ),
+    );
+    for t in &control_targets {
+        assert!(reached(&control, t), "control: {t} must answer the host namespace: {control:?}");
+    }
+    assert!(o.ok(), "{o}");
+    let nat = format!("hello_from_{PUBLIC}_to_{HOST_UPLINK}");
+    assert_eq!(res.get(&tcp(PUBLIC, 80)), Some(&nat), "reached through NAT to the uplink's address\n{o}");
+    for t in &refused {
+        let v = res.get(t).unwrap_or_else(|| panic!("no result for {t}\n{o}"));
+        assert!(v.starts_with("refused:"), "{t} must be refused from the box, got {v}\n{o}");
+    }
+    assert!(before.is_empty() && after.is_empty(), "left behind: {after:?} (before: {before:?})");
+    assert!(po.ok(), "{po}");
+    assert!(plain[&tcp(PUBLIC, 80)].starts_with("refused:"), "the default network is loopback only: {plain:?}");
+    net.sb.assert_clean("egress run");
+}
+
+/// A launched box with `--allow-host 198.51.100.11:80 --dns 10.55.0.53`: it reaches that address
+/// and port only (not port 8080 there, not the other public address), its resolv.conf names the
+/// resolver, port 53 of the resolver answers (UDP) though it is private, and its HTTP port does
+/// not. The allowlist set-up survives between execs; terminate removes every link, table, route.
+#[test]
+fn allow_host_narrows_and_dns_opens_port_53_only() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_allow");
+    let targets = vec![
+        tcp(PUBLIC2, 80),
+        tcp(PUBLIC2, 8080),
+        tcp(PUBLIC, 80),
+        format!("udp:{RESOLVER}:53"),
+        tcp(RESOLVER, 80),
+        tcp(METADATA, 80),
+    ];
+    let control = net.control(&targets);
+    let mut v = vec!["launch"];
+    v.extend(net.sb.common());
+    let allow = format!("{PUBLIC2}:80");
+    v.extend(["--network", "egress", "--allow-host", &allow, "--dns", RESOLVER]);
+    let o = net.sandbox(&v);
+    assert!(o.ok(), "{o}");
+    let id = o.stdout.trim().to_string();
+    let copy = format!("{}", net.probe.display());
+    let cp = net.sandbox(&["cp", &copy, &format!("{id}:/work/probe.py")]);
+    assert!(cp.ok(), "{cp}");
+    let mut e = vec!["exec", id.as_str(), "--", "python3", "/work/probe.py"];
+    e.extend(targets.iter().map(String::as_str));
+    let first = net.sandbox(&e);
+    let again = net.sandbox(&e);
+    let conf = net.sandbox(&["exec", &id, "--", "cat", "/etc/resolv.conf"]);
+    let rules = net.ruleset();
+    let term = net.sandbox(&["terminate", &id]);
+    let after = net.net_leftovers();
+    let (res, res2) = (kv(&first.stdout), kv(&again.stdout));
+    saw(
+        net.sb.name,
+        format!(
+            "control: {control:?}; box: {res:?}; again: {res2:?}; resolv.conf {:?}; terminate exit {:?}; left: \
+             {after:?}",
+            conf.stdout,
+            term.code()
+        ),
+    );
+    for t in &targets {
+        assert!(reached(&control, t), "control: {t} must answer the host namespace: {control:?}");
+    }
+    assert!(first.ok() && again.ok(), "{first}\n{again}");
+    assert_eq!(res, res2, "the same rules on every exec");
+    assert!(res[&tcp(PUBLIC2, 80)].starts_with(&format!("hello_from_{PUBLIC2}_to_")), "{rules}");
+    assert_eq!(res[&format!("udp:{RESOLVER}:53")], "echo:q", "port 53 of the named resolver: {rules}");
+    for t in [tcp(PUBLIC2, 8080), tcp(PUBLIC, 80), tcp(RESOLVER, 80), tcp(METADATA, 80)] {
+        assert!(res[&t].starts_with("refused:"), "{t} must be refused, got {}\n{rules}", res[&t]);
+    }
+    assert!(conf.ok() && conf.stdout.lines().any(|l| l.trim() == format!("nameserver {RESOLVER}")), "{conf}");
+    assert!(term.ok(), "{term}");
+    assert!(after.is_empty(), "left behind after terminate: {after:?}");
+    net.sb.assert_clean("terminate");
+}
+
+/// `sandbox run --network egress -- sleep 60`, its supervisor killed with SIGKILL: the box dies
+/// with it, and the next `sandbox run` removes the table it left; nothing of it remains.
+#[test]
+fn a_killed_supervisor_leaks_no_network() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_crash");
+    let mut v = vec!["run"];
+    v.extend(net.sb.common());
+    v.extend(["--network", "egress", "--", "sleep", "60"]);
+    let running = net.sb.rt.spawn_cmd(net.tinyrun(&v));
+    // Set-up is done once both are there: the table first, then the link.
+    wait_for("the box's veth and table", 20, || {
+        let left = net.net_leftovers();
+        left.iter().any(|l| l.starts_with("nftables")) && left.iter().any(|l| l.starts_with("link trb-"))
+    });
+    let during = net.net_leftovers();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(running.child.id() as i32), nix::sys::signal::SIGKILL)
+        .expect("kill");
+    let killed = running.wait();
+    // The box's namespace goes with its init, and the pair with it; the table is ours to remove.
+    std::thread::sleep(Duration::from_millis(500));
+    let after_kill = net.net_leftovers();
+    let mut next = vec!["run"];
+    next.extend(net.sb.common());
+    next.extend(["--", "true"]);
+    let o = net.sandbox(&next);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut after = net.net_leftovers();
+    while !after.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        after = net.net_leftovers();
+    }
+    saw(
+        net.sb.name,
+        format!(
+            "while running: {during:?}; supervisor killed ({:?}); left then: {after_kill:?}; after the next run \
+             (exit {:?}): {after:?}",
+            killed.code(),
+            o.code()
+        ),
+    );
+    assert!(during.iter().any(|l| l.starts_with("link trb-")), "{during:?}");
+    assert!(o.ok(), "{o}");
+    assert!(after.is_empty(), "a killed box's networking left behind: {after:?}");
+    net.sb.assert_clean("killed supervisor, then a run");
+}
+
+/// Egress options that can't be honoured fail before anything is made, naming the flag: `--dns`
+/// or `--allow-host` without `--network egress`, an allowed host in a refused range, a loopback
+/// resolver, a link range that covers the metadata address. And a box whose set-up fails (its
+/// link range has no free /30: the host already uses it) does not start, and leaves nothing.
+#[test]
+fn bad_egress_options_and_failed_setup_leave_nothing() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_bad");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--dns", "198.51.100.53"], "--dns"),
+        (&["--allow-host", PUBLIC], "--allow-host"),
+        (&["--network", "egress", "--allow-host", "10.1.2.3:443"], "10.0.0.0/8"),
+        (&["--network", "egress", "--dns", "127.0.0.53"], "--dns"),
+        (&["--network", "egress", "--egress-range", "169.254.0.0/16"], "169.254.169.254"),
+    ];
+    let mut seen = Vec::new();
+    for (opts, needle) in cases {
+        let mut v = vec!["run"];
+        v.extend(net.sb.common());
+        v.extend_from_slice(opts);
+        v.extend(["--", "touch", "/work/started"]);
+        let o = net.sandbox(&v);
+        seen.push(format!("{opts:?}: exit {:?} {:?}", o.code(), o.stderr.trim()));
+        assert!(!o.ok() && o.stderr.contains(needle), "{opts:?} must fail naming {needle}\n{o}");
+    }
+    // The whole range is taken by an address the host has: no /30 is free.
+    sh(&net.host, "ip addr add 169.254.99.1/30 dev lo");
+    let mut v = vec!["run"];
+    v.extend(net.sb.common());
+    v.extend(["--network", "egress", "--egress-range", "169.254.99.0/30", "--", "sh", "-c", "echo started"]);
+    let o = net.sandbox(&v);
+    sh(&net.host, "ip addr del 169.254.99.1/30 dev lo");
+    let left = net.net_leftovers();
+    seen.push(format!("full range: exit {:?} {:?}; left {left:?}", o.code(), o.stderr.trim()));
+    saw(net.sb.name, seen.join("; "));
+    assert!(!o.ok() && o.stderr.contains("no free /30") && !o.stdout.contains("started"), "{o}");
+    assert!(left.is_empty(), "{left:?}");
+    net.sb.assert_clean("failed egress set-up");
+}
+
+/// Waits (10 s at most) for this test's tinyrun processes to end: a pool's detached refill.
+fn wait_for_refills(net: &Net) {
+    let bin = net.sb.rt.bin.to_string_lossy().into_owned();
+    let refilling = || net.sb.rt.leftovers().into_iter().any(|p| tinyrun_conformance::cmdline(p).first() == Some(&bin));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while refilling() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `pool fill 1 --network egress --allow-host PUBLIC:80`: a plain `run --pool` does not take that
+/// box (it stays loopback only), a `run --pool` with the same egress options does and reaches
+/// PUBLIC but not the metadata address; once the pool's refill is done and every box terminated,
+/// no link, table or route is left.
+#[test]
+fn pooled_egress_boxes_serve_only_matching_runs() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_pool");
+    let allow = format!("{PUBLIC}:80");
+    let egress = ["--network", "egress", "--allow-host", allow.as_str()];
+    let mut fill = vec!["pool", "fill", "1"];
+    fill.extend(net.sb.common());
+    fill.extend(egress);
+    let filled = net.sandbox(&fill);
+    assert!(filled.ok(), "{filled}");
+    let pooled = filled.stdout.trim().to_string();
+    let mut plain_opts = vec!["--pool"];
+    let (plain, po) = net.run_probe(&plain_opts, &[tcp(PUBLIC, 80)]);
+    let still_there = net.sb.rt.root().join("sandbox").join(&pooled).join("claimed").exists();
+    plain_opts.extend(egress);
+    let (res, o) = net.run_probe(&plain_opts, &[tcp(PUBLIC, 80), tcp(METADATA, 80)]);
+    let taken = net.sb.rt.root().join("sandbox").join(&pooled).join("claimed").exists()
+        || !net.sb.rt.root().join("sandbox").join(&pooled).exists();
+    wait_for_refills(&net);
+    let mut terminated = Vec::new();
+    for id in tinyrun_conformance::sandbox::names_in(&net.sb.rt.root().join("sandbox")) {
+        let t = net.sandbox(&["terminate", &id]);
+        terminated.push(format!("{id}: {:?}", t.code()));
+    }
+    let after = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!(
+            "filled {pooled}; plain run --pool: {plain:?} (pool box claimed: {still_there}); egress run --pool: \
+             {res:?} (pool box taken: {taken}); terminated {terminated:?}; left: {after:?}"
+        ),
+    );
+    assert!(po.ok() && o.ok(), "{po}\n{o}");
+    assert!(plain[&tcp(PUBLIC, 80)].starts_with("refused:"), "a plain run got egress: {plain:?}");
+    assert!(!still_there, "a plain run --pool claimed the egress box");
+    assert!(taken, "the matching run --pool did not take the egress box");
+    assert!(res[&tcp(PUBLIC, 80)].starts_with(&format!("hello_from_{PUBLIC}_to_")), "{res:?}");
+    assert!(res[&tcp(METADATA, 80)].starts_with("refused:"), "{res:?}");
+    assert!(after.is_empty(), "left behind: {after:?}");
+}
+
+/// `--image` whose /etc/resolv.conf is a symlink into /run (as images made for a booted system
+/// have it): with `--dns` the box reads the named resolver there, and the image's symlink is
+/// untouched. `--rootfs` of the same tree is the caller's own and is not changed: that is a clear
+/// error.
+#[test]
+fn dns_over_an_images_resolv_conf_symlink() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_image_dns");
+    let dir = net.sb.rt.tempdir();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let img = dir.join("rootfs");
+    let st = Command::new(tinyrun_conformance::workspace_root().join("bundles/mkrootfs"))
+        .arg(&img)
+        .stdout(Stdio::null())
+        .status();
+    assert!(st.expect("mkrootfs").success(), "mkrootfs failed");
+    let link = img.join("etc/resolv.conf");
+    let _ = fs::remove_file(&link);
+    std::os::unix::fs::symlink("../run/systemd/resolve/stub-resolv.conf", &link).expect("symlink");
+    let img_s = img.display().to_string();
+    let run = |root_flag: &str| {
+        let mut v = vec!["run"];
+        v.extend(net.sb.common());
+        v.extend([
+            root_flag,
+            img_s.as_str(),
+            "--network",
+            "egress",
+            "--dns",
+            RESOLVER,
+            "--",
+            "cat",
+            "/etc/resolv.conf",
+        ]);
+        net.sandbox(&v)
+    };
+    let image = run("--image");
+    let rootfs = run("--rootfs");
+    let target = fs::read_link(&link).ok();
+    saw(
+        net.sb.name,
+        format!(
+            "--image: exit {:?} {:?}; --rootfs: exit {:?} {:?}; the image's link after: {target:?}",
+            image.code(),
+            image.stdout,
+            rootfs.code(),
+            rootfs.stderr.trim()
+        ),
+    );
+    assert!(image.ok() && image.stdout.contains(&format!("nameserver {RESOLVER}")), "{image}");
+    assert_eq!(target.as_deref(), Some(Path::new("../run/systemd/resolve/stub-resolv.conf")), "the image was changed");
+    assert!(!rootfs.ok() && rootfs.stderr.contains("/etc/resolv.conf"), "{rootfs}");
+    assert!(net.net_leftovers().is_empty(), "{:?}", net.net_leftovers());
+    net.sb.assert_clean("runs with --dns");
+}
+
+/// The rules fail to install (an `nft` that refuses them, bound over /usr/sbin/nft in a mount
+/// namespace of this run only): the box does not start, and no link or table is left.
+#[test]
+fn a_rule_that_fails_to_install_starts_nothing() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_nft_fails");
+    let dir = net.sb.rt.tempdir();
+    let fake = dir.join("nft");
+    fs::write(&fake, "#!/bin/sh\necho 'Error: refused by the test' >&2\nexit 1\n").expect("fake nft");
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut v = vec!["run"];
+    v.extend(net.sb.common());
+    v.extend(["--network", "egress", "--", "sh", "-c", "echo started"]);
+    let inner = net.tinyrun(&v);
+    let mut c = Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c", "mount --bind \"$0\" /usr/sbin/nft && exec \"$@\""]);
+    c.arg(&fake).arg(inner.get_program()).args(inner.get_args());
+    for (k, val) in inner.get_envs() {
+        if let Some(val) = val {
+            c.env(k, val);
+        }
+    }
+    c.stdin(Stdio::null());
+    let o = net.sb.rt.output(c);
+    let left = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!("exit {:?}, stderr {:?}, stdout {:?}; left {left:?}", o.code(), o.stderr.trim(), o.stdout),
+    );
+    assert!(!o.ok() && o.stderr.contains("refused by the test"), "{o}");
+    assert!(!o.stdout.contains("started"), "the box ran without its rules\n{o}");
+    assert!(left.is_empty(), "{left:?}");
+    net.sb.assert_clean("a failed rule install");
+}
+
+/// The supervisor dies right after the rules are installed and before the link exists (an `nft`
+/// that runs the real one, then SIGKILLs its caller): the table it left is removed by the next
+/// `sandbox run`, and the box never ran.
+#[test]
+fn a_supervisor_killed_mid_setup_leaks_no_network() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_killed_setup");
+    let dir = net.sb.rt.tempdir();
+    let (real, fake) = (dir.join("nft.real"), dir.join("nft"));
+    fs::write(&real, "").expect("mount point");
+    let script = format!("#!/bin/sh\n{} \"$@\"\nkill -KILL $PPID\n", real.display());
+    fs::write(&fake, script).expect("fake nft");
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut v = vec!["run"];
+    v.extend(net.sb.common());
+    v.extend(["--network", "egress", "--", "sh", "-c", "echo started"]);
+    let inner = net.tinyrun(&v);
+    let mut c = Command::new("unshare");
+    let mounts = "mount --bind /usr/sbin/nft \"$0\" && mount --bind \"$1\" /usr/sbin/nft && shift && exec \"$@\"";
+    c.args(["-m", "--propagation", "private", "sh", "-c", mounts]).arg(&real).arg(&fake);
+    c.arg(inner.get_program()).args(inner.get_args());
+    for (k, val) in inner.get_envs() {
+        if let Some(val) = val {
+            c.env(k, val);
+        }
+    }
+    c.stdin(Stdio::null());
+    let o = net.sb.rt.output(c);
+    let after_kill = net.net_leftovers();
+    let mut next = vec!["run"];
+    next.extend(net.sb.common());
+    next.extend(["--", "true"]);
+    let n = net.sandbox(&next);
+    let after = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!(
+            "killed run: {:?} stdout {:?}; left then: {after_kill:?}; next run exit {:?}; left: {after:?}",
+            o.code(),
+            o.stdout,
+            n.code()
+        ),
+    );
+    assert!(!o.ok() && !o.stdout.contains("started"), "{o}");
+    assert!(after_kill.iter().any(|l| l.starts_with("nftables")), "the rules were installed: {after_kill:?}");
+    assert!(!after_kill.iter().any(|l| l.starts_with("link")), "the link came after the kill: {after_kill:?}");
+    assert!(n.ok(), "{n}");
+    assert!(after.is_empty(), "a killed set-up's networking left behind: {after:?}");
+    net.sb.assert_clean("a set-up killed, then a run");
+}
+
+/// One HTTP GET to `[ADDR%DEV]:8081` over IPv6, 2 s at most: `v6=<body or error class>`.
+const PROBE6: &str = r#"
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], 8081), timeout=2)
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    d = b""
+    while True:
+        c = s.recv(4096)
+        if not c: break
+        d += c
+    print("v6=" + d.decode(errors="replace").strip().splitlines()[-1].replace(" ", "_"))
+except OSError as e:
+    print("v6=refused:" + type(e).__name__)
+"#;
+
+/// The host's end of the box's link has an IPv6 link-local address, as every link does, and the
+/// host serves HTTP on IPv6 there: from the box it is refused (IPv6 from a box reaches nothing,
+/// fe80::/10 with the rest). Both ends' addresses are waited for until usable (past duplicate
+/// address detection), so a refusal is the rules'; the control is the host namespace reaching the
+/// same address itself.
+#[test]
+fn ipv6_from_the_box_reaches_nothing() {
+    require_root_and_nft!();
+    let net = Net::new("sbx_egress_ipv6");
+    let mut v = vec!["launch"];
+    v.extend(net.sb.common());
+    v.extend(["--network", "egress"]);
+    let o = net.sandbox(&v);
+    assert!(o.ok(), "{o}");
+    let id = o.stdout.trim().to_string();
+    let link = net
+        .net_leftovers()
+        .into_iter()
+        .find_map(|l| l.strip_prefix("link ").map(str::to_string))
+        .expect("the box's link");
+    let pid = net.sb.list().into_iter().find(|(i, _, _)| *i == id).map(|(_, _, p)| p).expect("box pid");
+    let boxns = PathBuf::from(format!("/proc/{pid}/ns/net"));
+    let usable = |ns: &Path, dev: &str| {
+        let a = out(ns, &["ip", "-6", "addr", "show", "dev", dev, "scope", "link"]);
+        a.contains("inet6 fe80") && !a.contains("tentative")
+    };
+    wait_for("both ends' link-local addresses", 10, || usable(&net.host, &link) && usable(&boxns, "eth0"));
+    let a = out(&net.host, &["ip", "-6", "-o", "addr", "show", "dev", &link, "scope", "link"]);
+    let addr = a.split_whitespace().skip_while(|w| *w != "inet6").nth(1).and_then(|c| c.split('/').next());
+    let addr = addr.expect("link-local address").to_string();
+    let control = out(&net.host, &["python3", "-c", PROBE6, &format!("{addr}%{link}")]);
+    let probe = net.sandbox(&["exec", &id, "--", "python3", "-c", PROBE6, &format!("{addr}%eth0")]);
+    saw(net.sb.name, format!("host link {link} at {addr}: control {control:?}, from the box {:?}", probe.stdout));
+    assert!(control.trim().starts_with("v6=hello_from_"), "control: {control}");
+    assert!(probe.ok() && probe.stdout.trim().starts_with("v6=refused:"), "{probe}");
+}

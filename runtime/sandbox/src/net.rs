@@ -1,0 +1,792 @@
+//! Guarded egress (`--network egress`): a veth pair from the box's network
+//! namespace to the host's, NAT to the host's uplink, and an nftables table
+//! of the box's own that refuses, from inside the box, the metadata range,
+//! the private ranges and the host itself.
+//!
+//! Everything is enforced on the host side: the box has no CAP_NET_ADMIN in
+//! the namespace it could change anything with, and its rules live in the
+//! host's namespace where it can't see them. The rules are installed in one
+//! nftables transaction before the link exists, and any failure keeps the
+//! box from starting. Links, addresses and routes go through netlink
+//! (`rtnetlink`); the rules go through `nft -j -f -`, from [`ruleset`] only.
+//!
+//! Per box, all derived from its id: host-side link `trb-<hash>`, table
+//! `inet tinyrun-<hash>`, and a /30 of the link range recorded under
+//! `<root>/sandbox-net/` so a crashed box's leftovers can be found again.
+
+use std::fs::File;
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use futures_util::TryStreamExt;
+use nix::fcntl::{Flock, FlockArg};
+use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+
+/// Destinations a box never reaches, whatever else it is allowed: "this"
+/// network, the private ranges, shared address space (carrier NAT),
+/// loopback, link-local (cloud metadata lives at 169.254.169.254),
+/// multicast and the reserved range up to the broadcast address. IPv6 is
+/// refused whole (see [`ruleset`]), fc00::/7 and fe80::/10 with the rest.
+pub const REFUSED: [(Ipv4Addr, u8); 9] = [
+    (Ipv4Addr::new(0, 0, 0, 0), 8),
+    (Ipv4Addr::new(10, 0, 0, 0), 8),
+    (Ipv4Addr::new(100, 64, 0, 0), 10),
+    (Ipv4Addr::new(127, 0, 0, 0), 8),
+    (Ipv4Addr::new(169, 254, 0, 0), 16),
+    (Ipv4Addr::new(172, 16, 0, 0), 12),
+    (Ipv4Addr::new(192, 168, 0, 0), 16),
+    (Ipv4Addr::new(224, 0, 0, 0), 4),
+    (Ipv4Addr::new(240, 0, 0, 0), 4),
+];
+
+/// The metadata address no link range may cover: a box's /30 there would
+/// take the host's own route to it.
+const METADATA: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
+
+/// A block of IPv4 addresses, `ADDR/LEN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    /// The first address.
+    pub addr: Ipv4Addr,
+    /// The prefix length.
+    pub len: u8,
+}
+
+impl Cidr {
+    fn mask(self) -> u32 {
+        u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0)
+    }
+
+    /// Whether `ip` is in the block.
+    pub fn contains(self, ip: Ipv4Addr) -> bool {
+        u32::from(ip) & self.mask() == u32::from(self.addr) & self.mask()
+    }
+
+    fn size(self) -> u64 {
+        1u64 << (32 - u32::from(self.len))
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Cidr> {
+        let bad = |why: &str| Error::InvalidArgument(format!("invalid --egress-range {s:?}: {why}"));
+        let (a, l) = s.split_once('/').ok_or_else(|| bad("use ADDR/LEN, e.g. 169.254.64.0/18"))?;
+        let addr: Ipv4Addr = a.parse().map_err(|_| bad("not an IPv4 address"))?;
+        let len: u8 = l.parse().ok().filter(|l| (1..=30).contains(l)).ok_or_else(|| bad("LEN must be 1..30"))?;
+        let c = Cidr { addr, len };
+        if u32::from(addr) & !c.mask() != 0 {
+            return Err(bad("ADDR has bits set past LEN"));
+        }
+        // Inside a refused range, the box can't reach its own gateway's
+        // address nor any other box's.
+        let inside = [(Ipv4Addr::new(169, 254, 0, 0), 16), (Ipv4Addr::new(100, 64, 0, 0), 10)]
+            .map(|(addr, len)| Cidr { addr, len })
+            .into_iter()
+            .any(|r| r.len <= len && r.contains(addr));
+        if !inside {
+            return Err(bad("must lie inside 169.254.0.0/16 or 100.64.0.0/10, which boxes can't reach"));
+        }
+        if c.contains(METADATA) {
+            return Err(bad("must not contain the metadata address 169.254.169.254"));
+        }
+        Ok(c)
+    }
+}
+
+/// The link range boxes' /30s come from by default: link-local, clear of
+/// the metadata and link-local service addresses clouds use (169.254.0.x,
+/// 169.254.169.x, 169.254.170.x) and of node-local DNS (169.254.20.10).
+pub const DEFAULT_RANGE: Cidr = Cidr { addr: Ipv4Addr::new(169, 254, 64, 0), len: 18 };
+
+/// `--allow-host HOST[:PORT]`: a name or IPv4 address, and optionally the
+/// one TCP/UDP port allowed there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AllowHost {
+    /// A DNS name or an IPv4 address.
+    pub host: String,
+    /// The only port allowed; any when absent.
+    pub port: Option<u16>,
+}
+
+impl std::str::FromStr for AllowHost {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<AllowHost> {
+        let bad = |why: &str| Error::InvalidArgument(format!("invalid --allow-host {s:?}: {why}"));
+        if s.contains('[') || s.matches(':').count() > 1 {
+            return Err(bad("IPv6 is not forwarded from a box; name an IPv4 address or a host name"));
+        }
+        let (host, port) = match s.split_once(':') {
+            Some((h, p)) => {
+                (h, Some(p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| bad("PORT must be 1..65535"))?))
+            }
+            None => (s, None),
+        };
+        let ok = |c: char| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_';
+        if host.is_empty() || !host.chars().all(ok) {
+            return Err(bad("use HOST[:PORT] with a host name or an IPv4 address"));
+        }
+        Ok(AllowHost { host: host.to_string(), port })
+    }
+}
+
+/// What `--network egress` was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Egress {
+    /// `--allow-host`: when not empty, the only destinations allowed.
+    pub allow: Vec<AllowHost>,
+    /// `--dns`: the resolver the box's /etc/resolv.conf names; port 53 on
+    /// it is allowed even where it is private or the host's own.
+    pub dns: Option<Ipv4Addr>,
+    /// `--egress-range`: where each box's /30 comes from.
+    pub range: Cidr,
+}
+
+impl Default for Egress {
+    fn default() -> Egress {
+        Egress { allow: Vec::new(), dns: None, range: DEFAULT_RANGE }
+    }
+}
+
+/// Checks `--dns IP`: an IPv4 address the box can send to (its own
+/// loopback is its own, and the others can't be routed).
+pub fn parse_dns(s: &str) -> Result<Ipv4Addr> {
+    let ip: Ipv4Addr = s.trim().parse().map_err(|_| {
+        Error::InvalidArgument(format!("invalid --dns {s:?}: an IPv4 address (IPv6 is not forwarded from a box)"))
+    })?;
+    if ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast() {
+        return Err(Error::InvalidArgument(format!(
+            "invalid --dns {ip}: the box can't reach it (its loopback is its own): name a resolver's address on the \
+             host or beyond it"
+        )));
+    }
+    Ok(ip)
+}
+
+/// The text of the box's /etc/resolv.conf.
+pub(crate) fn resolv_conf(dns: Ipv4Addr) -> String {
+    format!("nameserver {dns}\noptions edns0\n")
+}
+
+/// Makes `/etc/resolv.conf` in the box's root a regular file the
+/// resolver's file can be mounted on. An image often has it as a symlink
+/// (into /run, made at boot) that leads nowhere in a box: in an image's
+/// overlay, which is the box's own, the link is replaced by an empty file
+/// owned by the box's root (`host_id`); the image below is not touched. In
+/// any other root nothing is changed here (a missing file is made with the
+/// other mount points), and anything but a regular file there is an error
+/// naming it. Resolved inside the root, as the runtime will.
+pub(crate) fn resolv_conf_mountpoint(root: &Path, image: bool, host_id: u32) -> Result<()> {
+    use nix::sys::stat::{Mode, SFlag};
+    use std::ffi::OsStr;
+    let tree = crate::fsat::Tree::open(root)?;
+    let at = |e: nix::errno::Errno| Error::io("prepare /etc/resolv.conf in", root, e.into());
+    let etc = match tree.dir(Path::new("/etc")) {
+        Ok(etc) => etc,
+        // Made with the other mount points, as for any root.
+        Err(nix::errno::Errno::ENOENT) if !image => return Ok(()),
+        Err(_) if image => tree.dir_all(Path::new("/etc"), (host_id, host_id)).map_err(at)?,
+        Err(e) => return Err(at(e)),
+    };
+    let name = OsStr::new("resolv.conf");
+    match crate::fsat::lstat_at(&etc, name) {
+        Ok(st) if crate::fsat::kind(&st) == SFlag::S_IFREG => return Ok(()),
+        Err(nix::errno::Errno::ENOENT) if !image => return Ok(()),
+        Ok(_) if !image => {
+            return Err(Error::InvalidArgument(format!(
+                "--dns: /etc/resolv.conf in the root filesystem {} is not a regular file: the resolver's file can \
+                 only be mounted on one",
+                root.display()
+            )))
+        }
+        Ok(_) => crate::fsat::remove_at(&etc, name).map_err(at)?,
+        Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(at(e)),
+    }
+    let flags = nix::fcntl::OFlag::O_CREAT | nix::fcntl::OFlag::O_EXCL | nix::fcntl::OFlag::O_NOFOLLOW;
+    let flags = flags | nix::fcntl::OFlag::O_WRONLY;
+    crate::sys::openat(etc.as_raw_fd(), Path::new(name), flags, Mode::from_bits_truncate(0o644)).map_err(at)?;
+    crate::fsat::chown_at(&etc, name, (host_id, host_id)).map_err(at)
+}
+
+/// The host-side link and table names of box `id`: short enough for a link
+/// name (15 bytes), and the same each time, so clean-up finds them from the
+/// id alone.
+struct Names {
+    host: String,
+    table: String,
+}
+
+fn names(id: &str) -> Names {
+    let sum = Sha256::digest(id.as_bytes());
+    let h: String = sum.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    Names { host: format!("trb-{h}"), table: format!("tinyrun-{h}") }
+}
+
+/// The name of the box's end of the pair, in the box's namespace.
+const BOX_LINK: &str = "eth0";
+
+/// One box's /30: the host's side, the box's side.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    gateway: Ipv4Addr,
+    addr: Ipv4Addr,
+}
+
+fn link_of(net: u32) -> Link {
+    Link { gateway: Ipv4Addr::from(net + 1), addr: Ipv4Addr::from(net + 2) }
+}
+
+/// An allowed destination, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Allowed {
+    addr: Ipv4Addr,
+    port: Option<u16>,
+}
+
+/// Resolves `--allow-host`s once, now, on the host: the box gets these
+/// addresses, not the names (a name whose addresses change later is not
+/// followed). An address in a refused range is an error, not a silent no.
+fn resolve(allow: &[AllowHost]) -> Result<Vec<Allowed>> {
+    let mut out = Vec::new();
+    for a in allow {
+        let addrs: Vec<Ipv4Addr> = (a.host.as_str(), a.port.unwrap_or(0))
+            .to_socket_addrs()
+            .map_err(|e| Error::InvalidArgument(format!("--allow-host {}: can't resolve it: {e}", a.host)))?
+            .filter_map(|s| match s.ip() {
+                IpAddr::V4(v4) => Some(v4),
+                IpAddr::V6(_) => None,
+            })
+            .collect();
+        if addrs.is_empty() {
+            return Err(Error::InvalidArgument(format!("--allow-host {}: it has no IPv4 address", a.host)));
+        }
+        for addr in addrs {
+            if let Some(r) = refused(addr) {
+                return Err(Error::InvalidArgument(format!(
+                    "--allow-host {}: {addr} is in {r}, which a box never reaches",
+                    a.host
+                )));
+            }
+            let new = Allowed { addr, port: a.port };
+            if !out.contains(&new) {
+                out.push(new);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn refused(ip: Ipv4Addr) -> Option<Cidr> {
+    REFUSED.iter().map(|&(addr, len)| Cidr { addr, len }).find(|c| c.contains(ip))
+}
+
+// ------------------------------------------------------------------------------------------------
+// The rules.
+
+fn prefix(c: Cidr) -> Value {
+    json!({"prefix": {"addr": c.addr.to_string(), "len": c.len}})
+}
+
+fn is(left: Value, right: Value) -> Value {
+    json!({"match": {"op": "==", "left": left, "right": right}})
+}
+
+fn isnt(left: Value, right: Value) -> Value {
+    json!({"match": {"op": "!=", "left": left, "right": right}})
+}
+
+fn meta(key: &str) -> Value {
+    json!({"meta": {"key": key}})
+}
+
+fn ip(field: &str) -> Value {
+    json!({"payload": {"protocol": "ip", "field": field}})
+}
+
+fn dport() -> Value {
+    json!({"payload": {"protocol": "th", "field": "dport"}})
+}
+
+fn tcp_or_udp() -> Value {
+    is(meta("l4proto"), json!({"set": ["tcp", "udp"]}))
+}
+
+/// The whole nftables transaction that sets up box `n`'s table: run as one
+/// `nft -j -f -`, it installs all of it or none. `add` then `delete` then
+/// `add` of the table replaces a leftover of the same name.
+///
+/// - input: from the box, nothing reaches the host itself (its veth
+///   address, its uplink address, any of its addresses), except port 53 of
+///   the named resolver when that is the host;
+/// - forward, from the box: see [`egress_rules`];
+/// - forward, to the box: replies only;
+/// - postrouting: the box's address is masqueraded to the uplink's.
+fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Value {
+    let table = json!({"family": "inet", "name": n.table});
+    let chain = |name: &str, hook: Option<(&str, &str, i32)>| {
+        let mut c = json!({"family": "inet", "table": n.table, "name": name});
+        if let Some((kind, hook, prio)) = hook {
+            c["type"] = json!(kind);
+            c["hook"] = json!(hook);
+            c["prio"] = json!(prio);
+            c["policy"] = json!("accept");
+        }
+        json!({"add": {"chain": c}})
+    };
+    let mut cmds = vec![
+        json!({"add": {"table": table}}),
+        json!({"delete": {"table": table}}),
+        json!({"add": {"table": table}}),
+        chain("input", Some(("filter", "input", -10))),
+        chain("forward", Some(("filter", "forward", -10))),
+        chain("egress", None),
+        chain("postrouting", Some(("nat", "postrouting", 100))),
+    ];
+    let rule = |chain: &str, expr: Vec<Value>| json!({"add": {"rule": {"family": "inet", "table": n.table, "chain": chain, "expr": expr}}});
+    let from_box = is(meta("iifname"), json!(n.host));
+    let to_box = is(meta("oifname"), json!(n.host));
+    if let Some(d) = dns {
+        cmds.push(rule("input", resolver(vec![from_box.clone()], d)));
+    }
+    cmds.push(rule("input", vec![from_box.clone(), reject()]));
+    cmds.push(rule("forward", vec![from_box, json!({"jump": {"target": "egress"}})]));
+    let reply = json!({"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}});
+    cmds.push(rule("forward", vec![to_box.clone(), reply, json!({"accept": null})]));
+    cmds.push(rule("forward", vec![to_box, json!({"drop": null})]));
+    cmds.extend(egress_rules(link, dns, allow).into_iter().map(|e| rule("egress", e)));
+    let masquerade = vec![
+        is(ip("saddr"), json!(link.addr.to_string())),
+        isnt(meta("oifname"), json!(n.host)),
+        json!({"masquerade": null}),
+    ];
+    cmds.push(rule("postrouting", masquerade));
+    json!({"nftables": cmds})
+}
+
+fn reject() -> Value {
+    json!({"reject": {"type": "icmpx", "expr": "admin-prohibited"}})
+}
+
+/// `pre`, then: to port 53 (TCP or UDP) of resolver `d`, accept.
+fn resolver(mut pre: Vec<Value>, d: Ipv4Addr) -> Vec<Value> {
+    pre.extend([is(ip("daddr"), json!(d.to_string())), tcp_or_udp(), is(dport(), json!(53)), json!({"accept": null})]);
+    pre
+}
+
+/// The rules for what the box sends on, in order: anything but IPv4 is
+/// dropped (so fc00::/7 and fe80::/10 too), and so is a source address not
+/// the box's own; port 53 of the named resolver is accepted; every refused
+/// range is rejected; then, with an allowlist, only what it names passes.
+/// Rejected rather than dropped: a refused connection fails at once.
+fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Vec<Value>> {
+    let drop = json!({"drop": null});
+    let mut rules = vec![
+        vec![isnt(meta("nfproto"), json!("ipv4")), drop.clone()],
+        vec![isnt(ip("saddr"), json!(link.addr.to_string())), drop],
+    ];
+    if let Some(d) = dns {
+        rules.push(resolver(Vec::new(), d));
+    }
+    let refused: Vec<Value> = REFUSED.iter().map(|&(addr, len)| prefix(Cidr { addr, len })).collect();
+    rules.push(vec![is(ip("daddr"), json!({"set": refused})), reject()]);
+    if !allow.is_empty() {
+        for a in allow {
+            let mut e = vec![is(ip("daddr"), json!(a.addr.to_string()))];
+            if let Some(p) = a.port {
+                e.extend([tcp_or_udp(), is(dport(), json!(p))]);
+            }
+            e.push(json!({"accept": null}));
+            rules.push(e);
+        }
+        rules.push(vec![reject()]);
+    }
+    rules
+}
+
+/// The nft binary, from the system's directories only: the runtime runs
+/// as root and must not take one from the caller's PATH.
+fn nft_bin() -> Result<&'static Path> {
+    ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft", "/bin/nft"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .ok_or_else(|| Error::Network("--network egress needs nft (install nftables)".into()))
+}
+
+/// Runs one nftables JSON transaction.
+fn nft(what: &str, commands: &Value) -> Result<()> {
+    let bin = nft_bin()?;
+    let mut child = Command::new(bin)
+        .args(["-j", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io("run", bin, e))?;
+    let text = commands.to_string();
+    let wrote = child.stdin.take().map(|mut s| s.write_all(text.as_bytes()));
+    let out = child.wait_with_output().map_err(|e| Error::io("run", bin, e))?;
+    // nft's own complaint first: a write cut short (EPIPE) only says it
+    // stopped reading.
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(Error::Network(format!("{what}: nft failed ({}): {}", out.status, err.trim())));
+    }
+    match wrote {
+        Some(Err(e)) => Err(Error::io("write to", bin, e)),
+        _ => Ok(()),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Links, addresses and routes.
+
+fn netlink_err(what: &'static str) -> impl Fn(rtnetlink::Error) -> Error {
+    move |e| Error::Network(format!("{what}: {e}"))
+}
+
+/// Runs `f` with a netlink handle in the calling thread's network namespace.
+/// A current-thread runtime starts no thread, and it is gone when this
+/// returns: the process is single-threaded again for the runtime's clones
+/// and forks that follow (see also [`in_netns`], whose thread is joined).
+fn with_netlink<T>(f: impl AsyncFnOnce(Handle) -> Result<T>) -> Result<T> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| Error::Network(format!("netlink: {e}")))?;
+    rt.block_on(async move {
+        let (conn, handle, _) =
+            rtnetlink::new_connection().map_err(|e| Error::Network(format!("netlink socket: {e}")))?;
+        let task = tokio::spawn(conn);
+        let r = f(handle).await;
+        task.abort();
+        r
+    })
+}
+
+async fn index_of(h: &Handle, name: &str) -> Result<Option<u32>> {
+    let mut links = h.link().get().match_name(name.to_string()).execute();
+    match links.try_next().await {
+        Ok(Some(l)) => Ok(Some(l.header.index)),
+        Ok(None) => Ok(None),
+        Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(None),
+        Err(e) => Err(netlink_err("find link")(e)),
+    }
+}
+
+/// Every IPv4 address configured on the host.
+async fn host_addrs(h: &Handle) -> Result<Vec<(Ipv4Addr, u8)>> {
+    use rtnetlink::packet_route::address::AddressAttribute;
+    let mut out = Vec::new();
+    let mut all = h.address().get().execute();
+    while let Some(m) = all.try_next().await.map_err(netlink_err("list addresses"))? {
+        for a in &m.attributes {
+            if let AddressAttribute::Address(IpAddr::V4(v4)) = a {
+                out.push((*v4, m.header.prefix_len));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The host side: the pair, made with its peer already in the box's
+/// namespace under its final name (moving or renaming a link afterwards
+/// costs the kernel more), and the host's end addressed and up.
+async fn host_side(h: Handle, n: &Names, link: Link, netns: &File) -> Result<()> {
+    use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
+    let peer = LinkUnspec::new_with_name(BOX_LINK).setns_by_fd(netns.as_raw_fd()).build();
+    let pair = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
+        .name(n.host.clone())
+        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
+        .build();
+    h.link().add(pair).execute().await.map_err(netlink_err("create veth"))?;
+    let host = index_of(&h, &n.host).await?.ok_or_else(|| Error::Network("veth vanished".into()))?;
+    h.address()
+        .add(host, IpAddr::V4(link.gateway), 30)
+        .execute()
+        .await
+        .map_err(netlink_err("address the host's veth"))?;
+    h.link().set(LinkUnspec::new_with_index(host).up().build()).execute().await.map_err(netlink_err("veth up"))?;
+    Ok(())
+}
+
+/// The box's side, run from a thread inside the box's namespace.
+async fn box_side(h: Handle, link: Link) -> Result<()> {
+    let peer = index_of(&h, BOX_LINK).await?.ok_or_else(|| Error::Network("veth peer not in the box".into()))?;
+    h.address().add(peer, IpAddr::V4(link.addr), 30).execute().await.map_err(netlink_err("address the box"))?;
+    h.link().set(LinkUnspec::new_with_index(peer).up().build()).execute().await.map_err(netlink_err("box veth up"))?;
+    let route = RouteMessageBuilder::<Ipv4Addr>::new().gateway(link.gateway).output_interface(peer).build();
+    h.route().add(route).execute().await.map_err(netlink_err("the box's default route"))?;
+    Ok(())
+}
+
+/// Runs `f` in a new thread that has joined `netns`: a namespace switch
+/// must not outlive the call, and a thread that ends takes it with it.
+fn in_netns<T: Send>(netns: &File, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            nix::sched::setns(netns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| Error::Network(format!("join the box's network namespace: {e}")))?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(Error::Network("the box's network set-up panicked".into())))
+    })
+}
+
+/// Turns on IPv4 forwarding in the host's namespace if it is off: the box's
+/// packets are routed to the uplink. Never turned off again (other boxes or
+/// the host may rely on it by then).
+fn forwarding() -> Result<()> {
+    let p = Path::new("/proc/sys/net/ipv4/ip_forward");
+    let now = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
+    if now.trim() != "1" {
+        std::fs::write(p, "1").map_err(|e| Error::io("write", p, e))?;
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------------
+// Which /30 each box has.
+
+const DIR: &str = "sandbox-net";
+const LOCK: &str = ".lock";
+
+struct Records {
+    dir: PathBuf,
+}
+
+impl Records {
+    fn new(root: &Path) -> Records {
+        Records { dir: root.join(DIR) }
+    }
+
+    fn lock(&self) -> Result<Flock<File>> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)
+            .map_err(|e| Error::io("create", &self.dir, e))?;
+        let path = self.dir.join(LOCK);
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| Error::io("lock", &path, e.into()))
+    }
+
+    /// (first address of the /30, owner id, record path) of each record.
+    fn all(&self) -> Result<Vec<(u32, String, PathBuf)>> {
+        let mut out = Vec::new();
+        let dir = match std::fs::read_dir(&self.dir) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(Error::io("read", &self.dir, e)),
+        };
+        for entry in dir {
+            let entry = entry.map_err(|e| Error::io("read", &self.dir, e))?;
+            let Some(net) = entry.file_name().to_str().and_then(|n| n.parse::<Ipv4Addr>().ok()) else { continue };
+            let path = entry.path();
+            let owner = std::fs::read_to_string(&path).map_err(|e| Error::io("read", &path, e))?;
+            out.push((u32::from(net), owner.trim().to_string(), path));
+        }
+        Ok(out)
+    }
+
+    /// A free /30 of `range` for box `id`: none recorded, and none that
+    /// overlaps an address the host already has (another root's box, or
+    /// anything else on the host).
+    fn allocate(&self, range: Cidr, id: &str, host: &[(Ipv4Addr, u8)]) -> Result<Link> {
+        let _lock = self.lock()?;
+        let taken: Vec<u32> = self.all()?.into_iter().map(|(n, _, _)| n).collect();
+        let first = u32::from(range.addr);
+        let end = u64::from(first) + range.size();
+        let free = (u64::from(first)..end).step_by(4).filter_map(|n| u32::try_from(n).ok()).find(|&n| {
+            let net = Cidr { addr: Ipv4Addr::from(n), len: 30 };
+            !taken.contains(&n)
+                && !host
+                    .iter()
+                    .any(|&(a, len)| net.contains(a) || Cidr { addr: a, len: len.min(32) }.contains(net.addr))
+        });
+        let Some(net) = free else {
+            return Err(Error::InvalidState(format!(
+                "no free /30 left in the egress link range {range} for sandbox {id}: each is used by a box or \
+                 overlaps an address or subnet of the host's; terminate boxes or choose another --egress-range"
+            )));
+        };
+        let path = self.dir.join(Ipv4Addr::from(net).to_string());
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| Error::io("create", &path, e))?;
+        f.write_all(format!("{id}\n").as_bytes()).map_err(|e| Error::io("write", &path, e))?;
+        Ok(link_of(net))
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// The entry points.
+
+/// Gives box `id`, whose init is `pid` (created, not yet started), its
+/// guarded egress. On error some of it may be in place: the caller removes
+/// the box, and with it all of this ([`teardown`]).
+pub(crate) fn setup(root: &Path, id: &str, pid: i32, egress: &Egress) -> Result<()> {
+    let n = names(id);
+    let allow = resolve(&egress.allow)?;
+    let ns_path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+    let netns = File::open(&ns_path).map_err(|e| Error::io("open", &ns_path, e))?;
+    let host = with_netlink(async |h| host_addrs(&h).await)?;
+    let link = Records::new(root).allocate(egress.range, id, &host)?;
+    // The rules come first: the link never exists without them.
+    nft("install the box's egress rules", &ruleset(&n, link, egress.dns, &allow))?;
+    forwarding()?;
+    with_netlink(async |h| host_side(h, &n, link, &netns).await)?;
+    in_netns(&netns, || with_netlink(async |h| box_side(h, link).await))
+}
+
+/// Removes what [`setup`] made for box `id`: its table, its link (and with
+/// it the link's route; the box's side goes with the pair), and its record.
+/// Nothing there is fine; each part is tried even if one before failed.
+pub(crate) fn teardown(root: &Path, id: &str) -> Result<()> {
+    let records = Records::new(root);
+    if !records.dir.exists() {
+        return Ok(());
+    }
+    let _lock = records.lock()?;
+    let mine: Vec<PathBuf> = records.all()?.into_iter().filter(|(_, o, _)| o == id).map(|(_, _, p)| p).collect();
+    if mine.is_empty() {
+        return Ok(());
+    }
+    let n = names(id);
+    let table = json!({"family": "inet", "name": n.table});
+    // Adding an existing table is a no-op: so the delete never fails for
+    // want of a table.
+    let rules = nft(
+        "remove the box's egress rules",
+        &json!({"nftables": [{"add": {"table": table}}, {"delete": {"table": table}}]}),
+    );
+    let link = with_netlink(async |h| match index_of(&h, &n.host).await? {
+        Some(i) => match h.link().del(i).execute().await {
+            Ok(()) => Ok(()),
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(()),
+            Err(e) => Err(netlink_err("remove the box's veth")(e)),
+        },
+        None => Ok(()),
+    });
+    rules?;
+    link?;
+    for p in mine {
+        match std::fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove egress record", p, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Tears down the egress of every recorded box for which `alive` is false
+/// (a crashed run's, or one whose removal was cut short).
+pub(crate) fn collect(root: &Path, alive: &dyn Fn(&str) -> bool) -> Result<()> {
+    let records = Records::new(root);
+    if !records.dir.exists() {
+        return Ok(());
+    }
+    let dead: Vec<String> = {
+        let _lock = records.lock()?;
+        records.all()?.into_iter().map(|(_, o, _)| o).filter(|o| !alive(o)).collect()
+    };
+    dead.iter().try_for_each(|id| teardown(root, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse_and_stay_refused() {
+        assert_eq!("169.254.64.0/18".parse::<Cidr>().unwrap(), DEFAULT_RANGE);
+        assert!("100.64.8.0/24".parse::<Cidr>().is_ok());
+        for bad in ["10.0.0.0/8", "169.254.64.1/18", "169.254.128.0/17", "169.254.0.0/31", "x/8", "169.254.0.0"] {
+            let e = bad.parse::<Cidr>().unwrap_err().to_string();
+            assert!(e.contains("--egress-range"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn allow_host_syntax() {
+        assert_eq!(
+            "example.com:443".parse::<AllowHost>().unwrap(),
+            AllowHost { host: "example.com".into(), port: Some(443) }
+        );
+        assert_eq!("1.2.3.4".parse::<AllowHost>().unwrap(), AllowHost { host: "1.2.3.4".into(), port: None });
+        for bad in ["", "a:0", "a:70000", "[::1]:80", "::1", "a b", "a:"] {
+            assert!(bad.parse::<AllowHost>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refused_destinations() {
+        for ip in ["169.254.169.254", "10.1.2.3", "172.31.0.1", "192.168.1.1", "100.64.0.1", "127.0.0.1", "0.0.0.0"] {
+            assert!(refused(ip.parse().unwrap()).is_some(), "{ip}");
+        }
+        for ip in ["1.1.1.1", "172.32.0.1", "100.128.0.1", "198.51.100.10"] {
+            assert!(refused(ip.parse().unwrap()).is_none(), "{ip}");
+        }
+        let e = resolve(&["10.0.0.1:80".parse().unwrap()]).unwrap_err().to_string();
+        assert!(e.contains("10.0.0.0/8"), "{e}");
+        assert_eq!(
+            resolve(&["198.51.100.10:80".parse().unwrap()]).unwrap(),
+            vec![Allowed { addr: Ipv4Addr::new(198, 51, 100, 10), port: Some(80) }]
+        );
+    }
+
+    #[test]
+    fn dns_must_be_reachable() {
+        assert!(parse_dns("10.0.0.53").is_ok());
+        for bad in ["127.0.0.53", "0.0.0.0", "::1", "resolver"] {
+            assert!(parse_dns(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_fit_a_link_name_and_are_stable() {
+        let a = names("run-0123456789ab");
+        assert!(a.host.len() <= 15, "{}", a.host);
+        assert_eq!(a.host, names("run-0123456789ab").host);
+        assert_ne!(a.host, names("run-0123456789ac").host);
+    }
+
+    #[test]
+    fn the_ruleset_refuses_before_it_allows() {
+        let n = names("x");
+        let link = link_of(u32::from(Ipv4Addr::new(169, 254, 64, 0)));
+        let allow = [Allowed { addr: Ipv4Addr::new(198, 51, 100, 10), port: Some(80) }];
+        let rs = ruleset(&n, link, Some(Ipv4Addr::new(10, 0, 0, 53)), &allow);
+        let text = rs.to_string();
+        let pos = |s: &str| text.find(s).unwrap_or_else(|| panic!("{s} not in {text}"));
+        assert!(pos("\"10.0.0.53\"") < pos("169.254.0.0"), "the named resolver comes before the refused ranges");
+        assert!(pos("169.254.0.0") < pos("198.51.100.10"), "refused ranges come before the allowlist");
+        assert!(text.contains("masquerade") && text.contains("169.254.64.2"));
+    }
+}
