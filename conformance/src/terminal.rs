@@ -34,7 +34,16 @@ pub struct OnTerminal {
 /// Runs `cmd` as an interactive shell runs a foreground command: a new session whose controlling terminal
 /// is a fresh pty, which is also its stdin, stdout and stderr. `during` is called once, with
 /// the command's pid, while it runs, when its output contains `ready`.
-pub fn on_terminal(mut cmd: Command, ready: &str, mut during: impl FnMut(i32)) -> OnTerminal {
+pub fn on_terminal(cmd: Command, ready: &str, during: impl FnMut(i32)) -> OnTerminal {
+    on_terminal_with(cmd, ready, during, None)
+}
+
+fn on_terminal_with(
+    mut cmd: Command,
+    ready: &str,
+    mut during: impl FnMut(i32),
+    typing: Option<(&[u8], &std::cell::Cell<bool>)>,
+) -> OnTerminal {
     let pty = openpty(None, None).expect("openpty");
     let slave = || Stdio::from(pty.slave.try_clone().expect("dup pty slave"));
     cmd.stdin(slave()).stdout(slave()).stderr(slave());
@@ -58,6 +67,10 @@ pub fn on_terminal(mut cmd: Command, ready: &str, mut during: impl FnMut(i32)) -
         if !seen_ready && String::from_utf8_lossy(&out).contains(ready) {
             seen_ready = true;
             during(child.0.id() as i32);
+            if let Some((input, done)) = typing {
+                nix::unistd::write(&master, input).expect("type on the terminal");
+                done.set(true);
+            }
         }
         if let Some(st) = child.0.try_wait().expect("wait") {
             break st;
@@ -70,6 +83,16 @@ pub fn on_terminal(mut cmd: Command, ready: &str, mut during: impl FnMut(i32)) -
         output: String::from_utf8_lossy(&out).replace("\r\n", "\n"),
         typed: pending_input(&pty.slave),
     }
+}
+
+/// [`on_terminal`], with `input` typed on the terminal once the command's output contains
+/// `ready` (a prompt): an interactive session driven from the keyboard.
+pub fn on_terminal_typing(cmd: Command, ready: &str, input: &[u8]) -> OnTerminal {
+    // Typed on the terminal's master, as a keyboard would.
+    let typed = std::cell::Cell::new(false);
+    let t = on_terminal_with(cmd, ready, |_| {}, Some((input, &typed)));
+    assert!(typed.get(), "never saw {ready:?} to type after; terminal: {:?}", t.output);
+    t
 }
 
 /// Reads what the terminal shows, for up to 50 ms.

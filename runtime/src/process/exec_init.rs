@@ -51,6 +51,12 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     finalize::join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
     for j in &cfg.joins {
         crate::namespaces::setns(j)?;
+        // Joining a user namespace keeps the host's ids, which it does not
+        // map: files this process makes (a pty slave) would have no owner
+        // inside, and it could not chown them to the process's user.
+        if j.typ == oci_spec::runtime::LinuxNamespaceType::User {
+            super::init::become_ns_root()?;
+        }
     }
     // Nothing of the host may stay open once inside: see init's close_host_fds.
     let mut keep = vec![chan.as_raw_fd()];

@@ -215,7 +215,7 @@ fn close_host_fds(cfg: &InitConfig, chan: &Channel) -> Step {
 /// In a user namespace made by clone: take uid/gid 0 of it, now that the
 /// runtime has written the maps. Unmapped 0 is left alone (the config may
 /// map only the user it runs as).
-fn become_ns_root() -> Step {
+pub(super) fn become_ns_root() -> Step {
     match nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)) {
         Ok(()) | Err(nix::errno::Errno::EINVAL) => {}
         Err(e) => return Err(InitError::value("setresgid", "0 in the user namespace", e)),
