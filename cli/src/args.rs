@@ -132,6 +132,10 @@ pub(crate) enum SandboxCommand {
 pub(crate) enum SandboxPoolCommand {
     /// start idle sandboxes until N of these sizes are waiting
     Fill(SandboxPoolFillArgs),
+    /// list the pool's sandboxes: idle or in use, their key, and the time an idle one has left
+    List(SandboxListArgs),
+    /// empty the pool: stop refilling it and terminate every idle sandbox (one in use goes when its run ends)
+    Drain,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -148,7 +152,7 @@ pub(crate) struct SandboxSizeArgs {
     /// most processes at once
     #[arg(long, value_name = "N")]
     pub pids: Option<i64>,
-    /// wall-clock limit, e.g. 10s or 500ms
+    /// wall-clock limit of a run, e.g. 10s or 500ms; a launched box's lifetime unless --lifetime is given
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
     /// size of the /tmp and /work tmpfs, e.g. 64M
@@ -186,6 +190,9 @@ pub(crate) struct SandboxSizeArgs {
     /// loosen: run without the seccomp allowlist
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub no_seccomp: bool,
+    /// the cgroup each box's own cgroup is made under (an absolute cgroup path)
+    #[arg(long, value_name = "PATH", default_value = "/tinyrun-sandbox")]
+    pub cgroup_parent: String,
     /// the pool of host ids each box gets 65536 of its own from: FIRST:COUNT, multiples of 65536, decimal or 0x hex
     /// (default 1879048192:268304384, i.e. 0x70000000 up to 0x7FFE0000)
     #[arg(long, value_name = "FIRST:COUNT", env = "TINYRUN_SANDBOX_ID_RANGE")]
@@ -247,6 +254,10 @@ pub(crate) struct SandboxFilesArgs {
 pub(crate) struct SandboxLaunchArgs {
     #[command(flatten)]
     pub size: SandboxSizeArgs,
+    /// how long the box lives: when this has passed it is terminated and every trace of it removed, whether or
+    /// not a tinyrun command is running (default: --timeout, or the preset's)
+    #[arg(long, value_name = "DURATION")]
+    pub lifetime: Option<String>,
     #[command(flatten)]
     pub files: SandboxFilesArgs,
 }
@@ -267,6 +278,16 @@ pub(crate) struct SandboxExecArgs {
     /// set an environment variable (repeatable)
     #[arg(short, long, value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// the command's wall-clock limit, e.g. 10s: then it, and what it started in its session, is killed; the box
+    /// lives on (the box's lifetime applies in any case)
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// print one JSON object with the outcome, output and usage, as `sandbox run --json` does
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub json: bool,
+    /// most bytes of stdout and of stderr kept with --json
+    #[arg(long, value_name = "SIZE", default_value = "1M")]
+    pub output_cap: String,
     /// the sandbox's id
     pub id: String,
     /// the command and its arguments
@@ -291,6 +312,9 @@ pub(crate) struct SandboxListArgs {
 pub(crate) struct SandboxPoolFillArgs {
     #[command(flatten)]
     pub size: SandboxSizeArgs,
+    /// how long a pooled sandbox may wait unused before it is removed (default 10m)
+    #[arg(long, value_name = "DURATION")]
+    pub idle_lifetime: Option<String>,
     /// how many idle sandboxes to keep
     pub count: usize,
 }
@@ -298,11 +322,12 @@ pub(crate) struct SandboxPoolFillArgs {
 impl Command {
     /// The exit status of a failure of this command.
     pub(crate) fn failure_code(&self) -> u8 {
-        // exec's own failures are told apart from the program's status.
-        if matches!(self, Command::Exec(_)) {
-            255
-        } else {
-            1
+        // exec's own failures are told apart from the program's status;
+        // the sandbox's too, as podman does (125).
+        match self {
+            Command::Exec(_) => 255,
+            Command::Sandbox(_) => 125,
+            _ => 1,
         }
     }
 }
@@ -547,6 +572,29 @@ pub(crate) struct UpdateArgs {
 /// line knows, stopping at `--` and, for commands whose trailing arguments
 /// belong to the container (exec, ps), at the first positional after the
 /// subcommand.
+/// Whether `argv` is a `tinyrun sandbox ...` command line (whose usage
+/// errors exit 125, as its other failures do).
+pub(crate) fn is_sandbox(argv: &[String]) -> bool {
+    argv.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "sandbox")
+}
+
+/// A line to add to clap's error for a mistake it can't name: a sandbox
+/// command given without the `--` before it.
+pub(crate) fn usage_hint(argv: &[String], e: &clap::Error) -> Option<String> {
+    use clap::error::ErrorKind;
+    if !is_sandbox(argv) || argv.iter().any(|a| a == "--") {
+        return None;
+    }
+    let sub = argv.iter().skip_while(|a| *a != "sandbox").nth(1)?;
+    let usage = match sub.as_str() {
+        "run" => "tinyrun sandbox run [OPTIONS] -- COMMAND [ARG...]",
+        "exec" => "tinyrun sandbox exec [OPTIONS] ID -- COMMAND [ARG...]",
+        _ => return None,
+    };
+    matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument)
+        .then(|| format!("hint: the command goes after --, so its options are not read as ours: {usage}"))
+}
+
 pub(crate) fn normalize(cmd: &clap::Command, argv: Vec<String>) -> Vec<String> {
     let mut out = Vec::with_capacity(argv.len());
     let mut it = argv.into_iter();

@@ -44,7 +44,11 @@ fn main() -> ExitCode {
         Ok(m) => m,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 1 } else { 0 });
+            if let Some(hint) = args::usage_hint(&argv, &e) {
+                eprintln!("{hint}");
+            }
+            let failed = if args::is_sandbox(&argv) { 125 } else { 1 };
+            return ExitCode::from(if e.use_stderr() { failed } else { 0 });
         }
     };
     let cli = match args::Cli::from_arg_matches(&matches) {
@@ -84,14 +88,14 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             log.error(&one_line(&e));
-            ExitCode::from(failure_code)
+            ExitCode::from(cmd::failure_code(&e).unwrap_or(failure_code))
         }
     }
 }
 
 /// The error and its causes on one line, each cause once: the library's
 /// messages already quote their source, which `{:#}` would repeat.
-fn one_line(e: &anyhow::Error) -> String {
+pub(crate) fn one_line(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let text = cause.to_string();

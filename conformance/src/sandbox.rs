@@ -375,8 +375,11 @@ pub fn check_shape(v: &Value, o: &Out) {
     for k in ["duration_ms", "cpu_ms", "peak_memory_bytes"] {
         ok(k, v[k].is_u64());
     }
+    ok("schema_version", v["schema_version"].is_u64());
+    ok("error", v["error"].is_null());
     for k in ["stdout", "stderr"] {
         ok(k, v[k]["text"].is_string() && v[k]["truncated"].is_boolean());
+        ok(k, v[k]["encoding"] == "utf-8" || v[k]["encoding"] == "base64");
     }
     assert!(
         v["exit_code"].is_null() != v["signal"].is_null(),

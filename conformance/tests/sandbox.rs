@@ -747,7 +747,7 @@ fn leak_check_runs(n: usize) {
             "true" | "json" => o.ok(),
             "exit7" => o.code() == Some(7),
             "missing" => !o.ok() && o.code().is_some(),
-            _ => o.code() == Some(137),
+            _ => o.code() == Some(124),
         };
         if !good && bad.len() < 5 {
             bad.push(format!("run {i} ({kind}): {o}"));

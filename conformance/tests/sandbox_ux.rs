@@ -9,9 +9,10 @@
 //! Every test prints one line `SANDBOX <name>: <what it saw>` (run with --nocapture) before it
 //! asserts, and leaves nothing behind (checked with the harness's `assert_clean`).
 
-use tinyrun_conformance::require_root;
-use tinyrun_conformance::sandbox::{saw, Sbx};
+use serde_json::Value;
+use tinyrun_conformance::sandbox::{check_shape, saw, Sbx};
 use tinyrun_conformance::terminal::on_terminal_typing;
+use tinyrun_conformance::{require_root, Out};
 
 /// `sandbox shell ID` on a terminal: an interactive /bin/sh in the box, as the box's user, on a
 /// pty of the box's own; what is typed reaches it, its files persist, and its exit status is
@@ -35,4 +36,205 @@ fn shell_on_a_terminal() {
     assert_eq!(o.stdout, "typed\n", "what the shell wrote is in the box\n{o}");
     sb.raw(&["terminate", &id]).expect_ok("sandbox terminate");
     sb.assert_clean("shell");
+}
+
+/// `sandbox ARGS...` with `input` as its stdin.
+fn with_stdin(sb: &Sbx, args: &[&str], input: &[u8]) -> Out {
+    let path = sb.rt.work().join(format!("stdin-{}", args.len()));
+    std::fs::write(&path, input).expect("write stdin file");
+    let mut v = vec!["sandbox"];
+    v.extend_from_slice(args);
+    let mut c = sb.rt.command(&v);
+    c.stdin(std::fs::File::open(&path).expect("open stdin file"));
+    sb.rt.output(c)
+}
+
+/// The one JSON object of a `--json` invocation (any exit status).
+#[track_caller]
+fn one_object(o: &Out) -> Value {
+    let text = o.stdout.trim();
+    assert_eq!(text.lines().count(), 1, "--json must print exactly one JSON object on one line\n{o}");
+    let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("--json output is not JSON ({e})\n{o}"));
+    assert_eq!(v["schema_version"], 1, "--json carries schema_version 1\n{o}");
+    v
+}
+
+/// Exit statuses tell the command's own failure from tinyrun's: the command's status as it is,
+/// 124 when the timeout killed it, 125 when tinyrun failed (a bad flag, a box that can't be
+/// made), 126 when the command is not executable, 127 when it is not found; for `run` and
+/// `exec` alike. Flag errors name the flag and what is wrong with it.
+#[test]
+fn exit_statuses_and_flag_errors() {
+    require_root!();
+    let sb = Sbx::new("sbx_status");
+    let not_exec = "/etc/passwd";
+    let missing = format!("/nonexistent-{}", sb.rt.tag());
+    let cases: Vec<(&str, Vec<&str>, Vec<&str>, i32)> = vec![
+        ("exit 3", vec![], vec!["sh", "-c", "exit 3"], 3),
+        ("not found", vec![], vec![missing.as_str()], 127),
+        ("not found in PATH", vec![], vec!["no-such-command-xyz"], 127),
+        ("not executable", vec![], vec![not_exec], 126),
+        ("timeout", vec!["--timeout", "500ms"], vec!["sleep", "10"], 124),
+        ("memory below minimum", vec!["--memory", "1k"], vec!["true"], 125),
+        ("bad --env", vec!["-e", "FOO"], vec!["true"], 125),
+        ("bad --cgroup-parent", vec!["--cgroup-parent", "relative/x"], vec!["true"], 125),
+    ];
+    let mut seen = Vec::new();
+    for (what, opts, cmd, want) in &cases {
+        let o = sb.run(opts, cmd);
+        seen.push(format!("{what}: {:?}", o.code()));
+        assert_eq!(o.code(), Some(*want), "{what}\n{o}");
+    }
+    let mem = sb.run(&["--memory", "1k"], &["true"]);
+    let env = sb.run(&["-e", "FOO"], &["true"]);
+    let cg = sb.run(&["--cgroup-parent", "/a/../b"], &["true"]);
+    // `sandbox run true`: the command without `--`.
+    let mut bare = vec!["run"];
+    bare.extend(sb.common());
+    bare.push("true");
+    let no_dashes = sb.raw(&bare);
+    saw(
+        sb.name,
+        format!(
+            "{}; --memory 1k: {:?}; -e FOO: {:?}; no --: exit {:?} {:?}",
+            seen.join(", "),
+            mem.stderr.trim(),
+            env.stderr.trim(),
+            no_dashes.code(),
+            no_dashes.stderr.trim()
+        ),
+    );
+    assert!(mem.stderr.contains("--memory") && mem.stderr.contains("minimum"), "names the flag and the minimum\n{mem}");
+    assert!(!mem.stderr.contains("SIGKILL"), "{mem}");
+    assert!(env.stderr.contains("--env") && env.stderr.contains("FOO") && env.stderr.contains("NAME=VALUE"), "{env}");
+    assert!(!env.stderr.contains("config.json") && !env.stderr.contains(sb.root_str()), "no internal path\n{env}");
+    assert!(cg.code() == Some(125) && cg.stderr.contains("--cgroup-parent"), "{cg}");
+    assert_eq!(no_dashes.code(), Some(125), "{no_dashes}");
+    assert!(
+        no_dashes.stderr.contains("hint:") && no_dashes.stderr.contains(" -- "),
+        "a missing -- gets a hint\n{no_dashes}"
+    );
+
+    // The same statuses from `exec` into a launched box, which lives on.
+    let id = sb.launch(&[]);
+    let e3 = sb.raw(&["exec", &id, "--", "sh", "-c", "exit 3"]);
+    let e127 = sb.raw(&["exec", &id, "--", missing.as_str()]);
+    let e126 = sb.raw(&["exec", &id, "--", not_exec]);
+    let t0 = std::time::Instant::now();
+    let e124 = sb.raw(&["exec", "--timeout", "1s", &id, "--", "sh", "-c", "sleep 30 & sleep 30"]);
+    let took = t0.elapsed();
+    let after = sb.raw(&["exec", &id, "--", "ps", "-e", "-o", "comm="]);
+    let no_id = sb.raw(&["exec", "sbx-000000000000", "--", "true"]);
+    saw(
+        sb.name,
+        format!(
+            "exec: {:?} {:?} {:?} {:?} (timeout took {took:?}), left in box {:?}, unknown box {:?}",
+            e3.code(),
+            e127.code(),
+            e126.code(),
+            e124.code(),
+            after.stdout.split_whitespace().collect::<Vec<_>>(),
+            no_id.code()
+        ),
+    );
+    assert_eq!((e3.code(), e127.code(), e126.code(), e124.code()), (Some(3), Some(127), Some(126), Some(124)));
+    assert!(took < std::time::Duration::from_secs(5), "exec --timeout 1s took {took:?}");
+    // Only init's own `sleep 3600` is left: the timed-out command's session is gone.
+    assert!(after.ok() && after.stdout.matches("sleep").count() == 1, "{after}");
+    assert_eq!(no_id.code(), Some(125), "{no_id}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("exit statuses");
+}
+
+/// Under `--json` there is exactly one JSON object, whatever happens: with `schema_version`; an
+/// `error` when the box could not be made (exit 125); the command's stdin passed through; output
+/// that is not UTF-8 carried as base64 with `encoding`, losslessly; UTF-8 cut by the output cap
+/// inside a character kept as text; not found (127) reported as the command's status with the
+/// reason on its stderr; `exec --json` giving the same object as `run --json`.
+#[test]
+fn json_is_always_one_object() {
+    require_root!();
+    let sb = Sbx::new("sbx_json");
+    let mut json = vec!["run", "--json"];
+    json.extend(sb.common());
+
+    let args = |extra: &[&'static str]| -> Vec<&str> {
+        let mut v = json.clone();
+        v.extend_from_slice(extra);
+        v
+    };
+    let stdin = with_stdin(&sb, &args(&["--", "cat"]), b"x\n");
+    let binary = sb.raw(&args(&["--", "sh", "-c", "printf '\\377\\376ok\\000'"]));
+    let cut = sb.raw(&args(&["--output-cap", "5", "--", "sh", "-c", "printf '\\303\\251\\303\\251\\303\\251'"]));
+    let setup = sb.raw(&args(&["--memory", "1k", "--", "true"]));
+    let rootfs = sb.raw(&args(&["--rootfs", "/nonexistent-rootfs", "--", "true"]));
+    let missing = sb.raw(&args(&["--", "no-such-command-xyz"]));
+    let (vs, vb, vc, ve, vr, vm) = (
+        one_object(&stdin),
+        one_object(&binary),
+        one_object(&cut),
+        one_object(&setup),
+        one_object(&rootfs),
+        one_object(&missing),
+    );
+    saw(
+        sb.name,
+        format!(
+            "stdin {}\nbinary {}\ncut {}\nsetup error {} (exit {:?})\nmissing {}",
+            vs["stdout"],
+            vb["stdout"],
+            vc["stdout"],
+            ve["error"],
+            setup.code(),
+            vm
+        ),
+    );
+
+    assert!(stdin.ok(), "{stdin}");
+    check_shape(&vs, &stdin);
+    assert_eq!(vs["stdout"]["text"], "x\n", "stdin reaches the command under --json\n{stdin}");
+    assert_eq!(vs["stdout"]["encoding"], "utf-8");
+    assert_eq!(vs["error"], Value::Null);
+
+    assert_eq!(vb["stdout"]["encoding"], "base64", "{binary}");
+    assert_eq!(vb["stdout"]["text"], "//5vawA=", "the bytes ff fe 'o' 'k' 00, losslessly\n{binary}");
+
+    assert_eq!(vc["stdout"]["encoding"], "utf-8", "{cut}");
+    assert_eq!(vc["stdout"]["text"], "\u{e9}\u{e9}", "cut at the cap inside a character: the whole ones kept\n{cut}");
+    assert_eq!(vc["stdout"]["truncated"], true);
+
+    for (v, o) in [(&ve, &setup), (&vr, &rootfs)] {
+        assert_eq!(o.code(), Some(125), "{o}");
+        let e = v["error"].as_str().unwrap_or_else(|| panic!("a set-up failure has an error string\n{o}"));
+        assert!(!e.is_empty() && v["exit_code"].is_null() && v["signal"].is_null(), "{o}");
+    }
+    assert!(ve["error"].as_str().unwrap_or("").contains("--memory"), "{setup}");
+
+    assert!(missing.ok(), "{missing}");
+    check_shape(&vm, &missing);
+    assert_eq!(vm["exit_code"], 127, "{missing}");
+    assert!(vm["stderr"]["text"].as_str().unwrap_or("").contains("no-such-command-xyz"), "{missing}");
+
+    // exec --json: the same object, for a box that lives on.
+    let id = sb.launch(&[]);
+    let e = with_stdin(&sb, &["exec", "--json", &id, "--", "sh", "-c", "cat; echo err >&2; exit 3"], b"in\n");
+    let ve = one_object(&e);
+    let t = sb.raw(&["exec", "--json", "--timeout", "500ms", &id, "--", "sleep", "10"]);
+    let vt = one_object(&t);
+    let gone = sb.raw(&["exec", "--json", "sbx-000000000000", "--", "true"]);
+    let vg = one_object(&gone);
+    saw(sb.name, format!("exec --json {ve}\ntimeout {vt}\nunknown box {vg}"));
+    assert!(e.ok(), "{e}");
+    check_shape(&ve, &e);
+    assert_eq!(
+        (ve["exit_code"].as_i64(), ve["stdout"]["text"].as_str(), ve["stderr"]["text"].as_str()),
+        (Some(3), Some("in\n"), Some("err\n")),
+        "{e}"
+    );
+    check_shape(&vt, &t);
+    assert_eq!(vt["timed_out"], true, "{t}");
+    assert_eq!(gone.code(), Some(125), "{gone}");
+    assert!(vg["error"].as_str().is_some_and(|s| s.contains("does not exist")), "{gone}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("--json");
 }

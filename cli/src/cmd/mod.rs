@@ -17,6 +17,8 @@ mod start;
 mod state;
 mod update;
 
+pub(crate) use sandbox::failure_code;
+
 use std::path::{Path, PathBuf};
 
 use tinyrun::Runtime;

@@ -1,18 +1,53 @@
 use std::io::Write;
 use std::path::Path;
 
-use tinyrun_sandbox::{self as sandbox, parse_duration, parse_size, CopyIn, IdRange, Preset, SandboxOptions};
+use tinyrun_sandbox::{
+    self as sandbox, parse_duration, parse_size, CopyIn, ExecRequest, IdRange, Preset, SandboxOptions, SandboxResult,
+};
 
 use crate::args::{ListFormat, SandboxCommand, SandboxFilesArgs, SandboxPoolCommand, SandboxSizeArgs};
 
 pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
-    // The runtime's own errors go up as they are: main re-executes from a
-    // sealed binary on one of them.
-    dispatch(root, c).map_err(|e| match e.downcast::<sandbox::Error>() {
-        Ok(sandbox::Error::Runtime(e)) => e.into(),
-        Ok(e) => e.into(),
-        Err(e) => e,
-    })
+    let json = match c {
+        SandboxCommand::Run(a) => a.json,
+        SandboxCommand::Exec(a) => a.json,
+        _ => false,
+    };
+    match dispatch(root, c) {
+        Ok(code) => Ok(code),
+        // The runtime asks to be run again from a sealed binary: main does
+        // that, and this command's output comes from the second run.
+        Err(e)
+            if matches!(e.downcast_ref(), Some(sandbox::Error::Runtime(tinyrun::RuntimeError::NeedsSealedBinary))) =>
+        {
+            Err(tinyrun::RuntimeError::NeedsSealedBinary.into())
+        }
+        Err(e) => {
+            // Under --json there is always exactly one object, failures
+            // included; the error goes to stderr (and the log) as well.
+            if json {
+                let res = SandboxResult { error: Some(crate::one_line(&e)), ..SandboxResult::default() };
+                outln!("{}", serde_json::to_string(&res)?);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// 126 or 127 for a command that could not be executed or was not found;
+/// `None` for any other failure (the command's usual failure status).
+pub(crate) fn failure_code(e: &anyhow::Error) -> Option<u8> {
+    e.downcast_ref::<sandbox::Error>().and_then(sandbox::Error::exec_status).and_then(|s| u8::try_from(s).ok())
+}
+
+/// Prints the result under --json (tinyrun then exits 0: the object says
+/// how the command ended), or returns the status a shell would report.
+fn report(res: &SandboxResult, json: bool) -> anyhow::Result<u8> {
+    if json {
+        outln!("{}", serde_json::to_string(res)?);
+        return Ok(0);
+    }
+    Ok(u8::try_from(res.status()).unwrap_or(255))
 }
 
 fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
@@ -21,21 +56,18 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             let mut opts = options(&a.size)?;
             files(&mut opts, &a.files)?;
             opts.report_writes = a.report_writes.clone();
-            opts.output_cap = usize::try_from(parse_size(&a.output_cap)?).unwrap_or(usize::MAX);
+            opts.output_cap = output_cap(&a.output_cap)?;
             let res = if a.pool {
                 sandbox::run_pooled(root, &opts, &a.command, a.json)?
             } else {
                 sandbox::run(root, &opts, &a.command, a.json)?
             };
-            if a.json {
-                outln!("{}", serde_json::to_string(&res)?);
-                return Ok(0);
-            }
-            Ok(u8::try_from(res.status()).unwrap_or(255))
+            report(&res, a.json)
         }
         SandboxCommand::Launch(a) => {
             let mut opts = options(&a.size)?;
             files(&mut opts, &a.files)?;
+            opts.lifetime = a.lifetime.as_deref().map(|l| duration("--lifetime", l)).transpose()?;
             outln!("{}", sandbox::launch(root, &opts, "sbx")?);
             Ok(0)
         }
@@ -45,7 +77,13 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         SandboxCommand::Exec(a) => {
-            Ok(u8::try_from(sandbox::exec(root, &a.id, &a.command, &a.env, false)?).unwrap_or(255))
+            let req = ExecRequest {
+                env: a.env.clone(),
+                timeout: a.timeout.as_deref().map(|t| duration("--timeout", t)).transpose()?,
+                capture: a.json,
+                output_cap: output_cap(&a.output_cap)?,
+            };
+            report(&sandbox::exec(root, &a.id, &a.command, &req)?, a.json)
         }
         SandboxCommand::Shell(a) => Ok(u8::try_from(sandbox::shell(root, &a.id)?).unwrap_or(255)),
         SandboxCommand::Terminate(a) => sandbox::terminate(root, &a.id).map(|_| 0).map_err(Into::into),
@@ -65,12 +103,46 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         SandboxCommand::Pool(SandboxPoolCommand::Fill(a)) => {
-            for id in sandbox::pool_fill(root, &options(&a.size)?, a.count)? {
+            let mut opts = options(&a.size)?;
+            opts.lifetime = a.idle_lifetime.as_deref().map(|l| duration("--idle-lifetime", l)).transpose()?;
+            for id in sandbox::pool_fill(root, &opts, a.count)? {
+                outln!("{id}");
+            }
+            Ok(0)
+        }
+        SandboxCommand::Pool(SandboxPoolCommand::List(a)) => {
+            let all = sandbox::pool_list(root)?;
+            let mut out = std::io::stdout().lock();
+            match a.format {
+                ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
+                ListFormat::Table => {
+                    let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
+                    writeln!(out, "{:<w$}   {:<7} {:<10} CREATED", "ID", "STATE", "EXPIRES")?;
+                    for b in all {
+                        let left = b.expires_in_s.map_or("-".to_string(), |s| format!("{s}s"));
+                        writeln!(out, "{:<w$}   {:<7} {:<10} {}", b.id, b.state, left, b.created)?;
+                    }
+                }
+            }
+            Ok(0)
+        }
+        SandboxCommand::Pool(SandboxPoolCommand::Drain) => {
+            for id in sandbox::pool_drain(root)? {
                 outln!("{id}");
             }
             Ok(0)
         }
     }
+}
+
+fn output_cap(s: &str) -> anyhow::Result<usize> {
+    let n = parse_size(s).map_err(|e| anyhow::anyhow!("invalid --output-cap: {e}"))?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// A duration option, its error naming the flag.
+fn duration(flag: &str, s: &str) -> anyhow::Result<std::time::Duration> {
+    parse_duration(s).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
 /// `--copy-in` and `--copy-limit`.
@@ -113,7 +185,7 @@ fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
         None => SandboxOptions::default(),
     };
     if let Some(m) = &a.memory {
-        o.memory = parse_size(m)?;
+        o.memory = parse_size(m).map_err(|e| anyhow::anyhow!("--memory: {e}"))?;
     }
     if let Some(c) = a.cpus {
         anyhow::ensure!(c > 0.0 && c.is_finite(), "invalid --cpus {c}: must be above 0");
@@ -124,11 +196,12 @@ fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
         o.pids = p;
     }
     if let Some(t) = &a.timeout {
-        o.timeout = parse_duration(t)?;
+        o.timeout = duration("--timeout", t)?;
     }
     if let Some(t) = &a.tmpfs_size {
-        o.tmpfs_size = parse_size(t)?;
+        o.tmpfs_size = parse_size(t).map_err(|e| anyhow::anyhow!("--tmpfs-size: {e}"))?;
     }
+    o.cgroup_parent = a.cgroup_parent.clone();
     o.rootfs = a.rootfs.as_deref().map(super::absolute);
     o.bundle = a.bundle.as_deref().map(super::absolute);
     o.image = a.image.as_deref().map(super::absolute);

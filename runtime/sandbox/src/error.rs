@@ -71,6 +71,24 @@ impl Error {
     pub(crate) fn sys(op: &'static str) -> impl FnOnce(Errno) -> Self {
         move |errno| Error::Sys { op, errno }
     }
+
+    /// 127 if the command was not found, 126 if it could not be executed
+    /// (as a shell, and podman, tell these from other failures); `None`
+    /// for every other error.
+    pub fn exec_status(&self) -> Option<i32> {
+        use tinyrun::Reason;
+        let (RuntimeError::Init(e) | RuntimeError::Exec(e)) = (match self {
+            Error::Runtime(e) => e,
+            _ => return None,
+        }) else {
+            return None;
+        };
+        match e.reason {
+            Reason::Exec(errno) if errno == Errno::ENOENT as i32 => Some(127),
+            Reason::Exec(_) => Some(126),
+            _ => None,
+        }
+    }
 }
 
 /// The sandbox's result type.

@@ -19,6 +19,7 @@ mod error;
 mod fsat;
 mod ids;
 mod image;
+mod lifetime;
 mod net;
 mod options;
 mod pool;
@@ -36,7 +37,12 @@ pub use copy::{cp, CopyIn, DEFAULT_COPY_LIMIT};
 pub use error::{Error, Result};
 pub use ids::IdRange;
 pub use net::{parse_dns, AllowHost, Cidr, Egress};
-pub use options::{parse_duration, parse_size, Preset, SandboxOptions};
-pub use pool::{fill as pool_fill, take as pool_take};
-pub use run::{exec, launch, list, run, run_pooled, shell, terminate, Output, SandboxResult};
+pub use options::{parse_duration, parse_size, Preset, SandboxOptions, DEFAULT_CGROUP_PARENT, MIN_MEMORY};
+pub use pool::{
+    drain as pool_drain, fill as pool_fill, list as pool_list, take as pool_take, PoolBox, DEFAULT_IDLE_LIFETIME,
+};
+pub use run::{
+    exec, launch, list, run, run_pooled, shell, terminate, ExecRequest, Output, PoolUse, SandboxResult, SCHEMA_VERSION,
+    TIMED_OUT, TINYRUN_FAILED,
+};
 pub use writes::{Writes, Written};

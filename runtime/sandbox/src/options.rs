@@ -83,7 +83,19 @@ pub struct SandboxOptions {
     /// `--report-writes`: the box directory whose new and changed files
     /// the result lists.
     pub report_writes: Option<PathBuf>,
+    /// `launch --lifetime`: how long a launched box lives before it is
+    /// terminated and purged (default: `timeout`).
+    pub lifetime: Option<Duration>,
+    /// `--cgroup-parent`: the cgroup each box's own cgroup is made under.
+    pub cgroup_parent: String,
 }
+
+/// The cgroup boxes go under unless `--cgroup-parent` says otherwise.
+pub const DEFAULT_CGROUP_PARENT: &str = "/tinyrun-sandbox";
+
+/// The smallest memory limit a box can start with: below it the kernel
+/// kills the box's init while it sets itself up.
+pub const MIN_MEMORY: u64 = 8 << 20;
 
 impl Default for SandboxOptions {
     /// With no preset: 256 MiB, half a core, 64 pids, a 10 s timeout.
@@ -121,7 +133,33 @@ impl SandboxOptions {
             copy_in: Vec::new(),
             copy_limit: crate::copy::DEFAULT_COPY_LIMIT,
             report_writes: None,
+            lifetime: None,
+            cgroup_parent: DEFAULT_CGROUP_PARENT.to_string(),
         }
+    }
+
+    /// Refuses options no box could start with, naming the option.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.memory < MIN_MEMORY {
+            return bad(format!(
+                "invalid --memory: {} bytes is below the minimum of {} MiB a box needs to start",
+                self.memory,
+                MIN_MEMORY >> 20
+            ));
+        }
+        if let Some(e) = self.env.iter().find(|e| e.split_once('=').is_none_or(|(n, _)| n.is_empty())) {
+            return bad(format!("invalid --env {e:?}: use NAME=VALUE"));
+        }
+        let p = &self.cgroup_parent;
+        let parts_ok = p.split('/').skip(1).all(|c| !c.is_empty() && c != "." && c != "..");
+        if !p.starts_with('/') || p.len() < 2 || !parts_ok || p.contains(':') {
+            return bad(format!(
+                "invalid --cgroup-parent {p:?}: use an absolute cgroup path such as {DEFAULT_CGROUP_PARENT}, \
+                 without . or .. components"
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -23,14 +23,82 @@ fn key(o: &SandboxOptions) -> Result<String> {
 /// ever gets a given sandbox.
 const CLAIM: &str = "claimed";
 
+/// Where the claim on pool box `id` is recorded: the claiming run's
+/// deadline, in unix milliseconds (see module `lifetime`).
+pub(crate) fn claim_file(root: &Path, id: &str) -> std::path::PathBuf {
+    root.join("sandbox").join(id).join(CLAIM)
+}
+
 fn idle(root: &Path, key: &str) -> Result<Vec<String>> {
     let k = format!("{key}-");
     Ok(super::run::list(root)?
         .into_iter()
         .filter(|s| s.id.starts_with(&k) && s.status == tinyrun::Status::Running)
-        .filter(|s| !root.join("sandbox").join(&s.id).join(CLAIM).exists())
+        .filter(|s| !claim_file(root, &s.id).exists())
         .map(|s| s.id)
         .collect())
+}
+
+/// A box of the pool, as `pool list` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PoolBox {
+    /// The box's id.
+    pub id: String,
+    /// The key of the options it was made with (boxes of one key are
+    /// interchangeable).
+    pub key: String,
+    /// `idle` (waiting), `in-use` (taken by a run), or the box's status
+    /// if it is not running.
+    pub state: String,
+    /// When it was made (RFC 3339).
+    pub created: String,
+    /// Seconds left before an idle box is purged.
+    pub expires_in_s: Option<u64>,
+    /// How many boxes of its key `pool fill` asked for.
+    pub target: Option<usize>,
+}
+
+/// Every box of the pool.
+pub fn list(root: &Path) -> Result<Vec<PoolBox>> {
+    crate::lifetime::reap_expired(root);
+    let mut out = Vec::new();
+    for s in super::run::list(root)?.into_iter().filter(|s| s.id.starts_with(PREFIX)) {
+        let key = s.id.rsplit_once('-').map_or(s.id.as_str(), |(k, _)| k).to_string();
+        let state = if s.status != tinyrun::Status::Running {
+            s.status.to_string()
+        } else if claim_file(root, &s.id).exists() {
+            "in-use".to_string()
+        } else {
+            "idle".to_string()
+        };
+        let expires_in_s = crate::lifetime::remaining(root, &s.id).map(|d| d.as_secs());
+        let target = std::fs::read_to_string(target_file(root, &key)).ok().and_then(|t| t.trim().parse().ok());
+        out.push(PoolBox { id: s.id, key, state, created: s.created, expires_in_s, target });
+    }
+    Ok(out)
+}
+
+/// Empties the pool: forgets every `pool fill` target (so nothing refills
+/// it) and terminates every idle box; a box in use is terminated by its
+/// run when done. Returns the ids terminated.
+pub fn drain(root: &Path) -> Result<Vec<String>> {
+    let dir = root.join("sandbox-pool");
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            std::fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+        }
+    }
+    let mut gone = Vec::new();
+    for b in list(root)?.into_iter().filter(|b| b.state != "in-use") {
+        // Claimed first, so no run takes it while it goes.
+        let claimed = std::fs::OpenOptions::new().write(true).create_new(true).open(claim_file(root, &b.id));
+        if claimed.is_ok() || b.state != "idle" {
+            super::run::terminate(root, &b.id)?;
+            gone.push(b.id);
+        }
+    }
+    Ok(gone)
 }
 
 /// Where `pool fill` remembers how many boxes of a key to keep.
@@ -38,16 +106,32 @@ fn target_file(root: &Path, key: &str) -> std::path::PathBuf {
     root.join("sandbox-pool").join(key)
 }
 
+/// How long a pooled box waits unused before it is purged, unless `pool
+/// fill --idle-lifetime` says otherwise.
+pub const DEFAULT_IDLE_LIFETIME: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Makes idle sandboxes until `n` of these options are waiting, and
-/// remembers `n` for later refills.
+/// remembers `n` for later refills. Each waits at most `opts.lifetime`
+/// (default [`DEFAULT_IDLE_LIFETIME`]) unused.
 pub fn fill(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>> {
+    opts.validate()?;
+    let opts = &SandboxOptions { lifetime: Some(opts.lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME)), ..opts.clone() };
     let key = key(opts)?;
     let target = target_file(root, &key);
     if let Some(dir) = target.parent() {
         std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
     }
-    write_atomic(&target, &n.to_string())?;
+    write_atomic(&target, &format!("{n} {}", opts.lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME).as_millis()))?;
     top_up(root, opts, &key, n)
+}
+
+/// What `pool fill` asked for a key: how many boxes, and their idle
+/// lifetime.
+fn target(root: &Path, key: &str) -> Option<(usize, Option<std::time::Duration>)> {
+    let text = std::fs::read_to_string(target_file(root, key)).ok()?;
+    let mut words = text.split_whitespace();
+    let n = words.next()?.parse().ok()?;
+    Some((n, words.next().and_then(|w| w.parse().ok()).map(std::time::Duration::from_millis)))
 }
 
 /// Replaces `path` with `text` in one rename, so a reader (a refill) sees
@@ -71,11 +155,15 @@ fn top_up(root: &Path, opts: &SandboxOptions, key: &str, n: usize) -> Result<Vec
     Ok(made)
 }
 
-/// Claims one idle sandbox made with these options, if there is one.
+/// Claims one idle sandbox made with these options, if there is one; the
+/// claim holds the run's deadline (`opts.timeout` from now).
 pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
+    use std::io::Write;
     for id in idle(root, &key(opts)?)? {
-        let marker = root.join("sandbox").join(&id).join(CLAIM);
-        if std::fs::OpenOptions::new().write(true).create_new(true).open(&marker).is_ok() {
+        let marker = claim_file(root, &id);
+        if let Ok(mut f) = std::fs::OpenOptions::new().write(true).create_new(true).open(&marker) {
+            f.write_all(crate::lifetime::deadline_ms(opts.timeout).to_string().as_bytes())
+                .map_err(|e| Error::io("write", &marker, e))?;
             return Ok(Some(id));
         }
     }
@@ -97,15 +185,15 @@ pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: &str) -
         // Nothing is left to report to: the caller has its answer.
         let _ = nix::unistd::setsid();
         // Our stdout may be the caller's pipe: don't hold it open.
-        if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-            for fd in 0..3 {
-                let _ = nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd);
-            }
-        }
+        sys::detach_stdio(&[]);
         let removed = super::run::terminate(root, used);
-        let refilled = key(opts).and_then(|key| {
-            let n = std::fs::read_to_string(target_file(root, &key)).ok().and_then(|s| s.trim().parse().ok());
-            top_up(root, opts, &key, n.unwrap_or(1))
+        // A key nobody filled (or one drained since) is not refilled.
+        let refilled = key(opts).and_then(|key| match target(root, &key) {
+            Some((n, lifetime)) => {
+                let lifetime = Some(lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME));
+                top_up(root, &SandboxOptions { lifetime, ..opts.clone() }, &key, n)
+            }
+            None => Ok(Vec::new()),
         });
         sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));
     }

@@ -13,23 +13,76 @@ use serde::Serialize;
 use super::ids::Allocator;
 use super::options::SandboxOptions;
 use super::spec::{self, SANDBOX_UID};
-use super::wait::{finish, Capture, Interrupts};
+use super::wait::{finish, Capture, Interrupts, Scope};
 use crate::error::{Error, Result};
 use tinyrun::{ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError, Status};
 
+/// The version of the `--json` result's format. Raised when a field
+/// changes meaning or goes away; new fields don't raise it.
+pub const SCHEMA_VERSION: u32 = 1;
+
 /// Captured output, cut at the cap.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct Output {
-    /// The bytes, lossily decoded as UTF-8.
-    pub text: String,
+    /// The bytes, as written.
+    pub bytes: Vec<u8>,
     /// More was written than was kept.
     pub truncated: bool,
 }
 
-/// What happened to a sandboxed command (`--json`).
-#[derive(Debug, Clone, Default, Serialize)]
+impl Output {
+    /// The bytes as text if they are UTF-8, or UTF-8 cut short by the cap
+    /// in the middle of a character (the partial character dropped).
+    pub fn text(&self) -> Option<&str> {
+        match std::str::from_utf8(&self.bytes) {
+            Ok(t) => Some(t),
+            Err(e) if self.truncated && e.error_len().is_none() => {
+                std::str::from_utf8(&self.bytes[..e.valid_up_to()]).ok()
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// `{"text": ..., "encoding": "utf-8" | "base64", "truncated": ...}`: output
+/// that isn't UTF-8 is carried as base64, so no byte is lost or replaced.
+impl Serialize for Output {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use base64::Engine as _;
+        use serde::ser::SerializeStruct;
+        let (text, encoding) = match self.text() {
+            Some(t) => (std::borrow::Cow::Borrowed(t), "utf-8"),
+            None => (base64::engine::general_purpose::STANDARD.encode(&self.bytes).into(), "base64"),
+        };
+        let mut st = s.serialize_struct("Output", 3)?;
+        st.serialize_field("text", &text)?;
+        st.serialize_field("encoding", encoding)?;
+        st.serialize_field("truncated", &self.truncated)?;
+        st.end()
+    }
+}
+
+/// Whether a `--pool` run found a box waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolUse {
+    /// It took a pre-started box.
+    Hit,
+    /// None was waiting: it made a fresh one.
+    Miss,
+}
+
+/// What happened to a sandboxed command (`--json`). See
+/// tinyrun-sandbox(8) for the fields and an example of each outcome.
+#[derive(Debug, Clone, Serialize)]
 pub struct SandboxResult {
-    /// The exit status, when the command exited.
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Why the command could not be run at all (the box could not be made,
+    /// a bad option, ...); every other field is then empty.
+    pub error: Option<String>,
+    /// The exit status, when the command exited (126: it could not be
+    /// executed, 127: it was not found, as a shell reports them).
     pub exit_code: Option<i32>,
     /// The signal that killed it, when one did (e.g. "SIGKILL").
     pub signal: Option<String>,
@@ -47,18 +100,63 @@ pub struct SandboxResult {
     pub stdout: Output,
     /// The command's stderr.
     pub stderr: Output,
+    /// With `--pool`: whether a pre-started box was taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolUse>,
     /// With `--report-writes`: the files the command wrote there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub writes: Option<crate::writes::Writes>,
 }
 
+impl Default for SandboxResult {
+    fn default() -> SandboxResult {
+        SandboxResult {
+            schema_version: SCHEMA_VERSION,
+            error: None,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            oom_killed: false,
+            duration_ms: 0,
+            cpu_ms: 0,
+            peak_memory_bytes: 0,
+            stdout: Output::default(),
+            stderr: Output::default(),
+            pool: None,
+            writes: None,
+        }
+    }
+}
+
+/// The status `sandbox run` and `exec` exit with when the wall-clock limit
+/// killed the command (as timeout(1) does).
+pub const TIMED_OUT: i32 = 124;
+/// The status for a failure of tinyrun itself (as podman does).
+pub const TINYRUN_FAILED: i32 = 125;
+
 impl SandboxResult {
-    /// The status a shell would report: the exit code, or 128+N.
+    /// The result of a command that never ran: `error` says why.
+    pub fn failed(error: &Error) -> SandboxResult {
+        SandboxResult { error: Some(error.to_string()), ..SandboxResult::default() }
+    }
+
+    /// A command that could not be executed: 126 or 127, the reason on its
+    /// stderr, as a shell reports it.
+    fn not_run(status: i32, error: &Error) -> SandboxResult {
+        let msg = format!("tinyrun: {error}\n").into_bytes();
+        SandboxResult { exit_code: Some(status), stderr: Output { bytes: msg, truncated: false }, ..Default::default() }
+    }
+
+    /// The status a shell would report: the exit code, 128+N for signal
+    /// N, [`TIMED_OUT`], or [`TINYRUN_FAILED`].
     pub fn status(&self) -> i32 {
+        if self.timed_out {
+            return TIMED_OUT;
+        }
         match (&self.exit_code, &self.signal) {
             (Some(c), _) => *c,
             (None, Some(s)) => 128 + s.parse::<nix::sys::signal::Signal>().map(|s| s as i32).unwrap_or(9),
-            _ => 255,
+            _ => TINYRUN_FAILED,
         }
     }
 }
@@ -116,6 +214,7 @@ fn remove_rest(root: &Path, id: &str) -> Result<()> {
 /// Runs `cmd` in a fresh sandbox and removes it. With `capture`, output is
 /// collected into the result; otherwise it goes to our stdout/stderr.
 pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) -> Result<SandboxResult> {
+    opts.validate()?;
     let (rt, bundles) = dirs(root);
     collect_garbage(root);
     let id = new_id(ONE_SHOT)?;
@@ -144,9 +243,10 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         egress(root, &id, c.pid(), opts)?;
         c.start()?;
         drop(c);
-        let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)?;
+        let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
         writes_into(res, watch)
     })();
+    let result = not_run_as_result(result, capture, started);
     let cleanup = remove_box(root, &id);
     match (result, cleanup) {
         (Ok(r), Ok(())) => Ok(r),
@@ -176,6 +276,22 @@ fn files_in(bundle: &Path, opts: &SandboxOptions) -> Result<Option<crate::writes
     opts.report_writes.as_deref().map(|d| crate::writes::watch(bundle, d)).transpose()
 }
 
+/// With `--json`, a command that could not be executed (126) or was not
+/// found (127) is a result, as a shell reports it, not a failure of ours.
+fn not_run_as_result(r: Result<SandboxResult>, capture: bool, started: Instant) -> Result<SandboxResult> {
+    match r {
+        Err(e) if capture => match e.exec_status() {
+            Some(status) => {
+                let mut res = SandboxResult::not_run(status, &e);
+                res.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                Ok(res)
+            }
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
 fn writes_into(mut res: SandboxResult, watch: Option<crate::writes::Watch>) -> Result<SandboxResult> {
     res.writes = watch.map(crate::writes::Watch::report).transpose()?;
     Ok(res)
@@ -184,8 +300,11 @@ fn writes_into(mut res: SandboxResult, watch: Option<crate::writes::Watch>) -> R
 /// Runs `cmd` in a sandbox taken from the pool (a fresh one if the pool is
 /// empty), removes it, and starts a detached refill.
 pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) -> Result<SandboxResult> {
+    opts.validate()?;
     let Some(id) = super::pool::take(root, opts)? else {
-        return run(root, opts, cmd, capture);
+        let mut res = run(root, opts, cmd, capture)?;
+        res.pool = Some(PoolUse::Miss);
+        return Ok(res);
     };
     let (rt, bundles) = dirs(root);
     let started = Instant::now();
@@ -213,9 +332,10 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
             stdio,
         })?;
         let (out_r, err_r) = io.readers();
-        let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap)?;
+        let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
         writes_into(res, watch)
     })();
+    let result = not_run_as_result(result, capture, started).map(|r| SandboxResult { pool: Some(PoolUse::Hit), ..r });
     // Removing the used box and starting its replacement happen after the
     // caller has its answer: that is the point of a pool.
     let recycled = super::pool::recycle_detached(root, opts, &id);
@@ -240,12 +360,20 @@ fn collect_garbage(root: &Path) {
             let _ = remove_box(root, &s.id);
         }
     }
+    crate::lifetime::reap_expired(root);
     let _ = Allocator::new(root).collect(&box_exists(root));
     let _ = super::net::collect(root, &box_exists(root));
 }
 
-/// Makes a persistent sandbox whose init idles until terminated; returns its id.
+/// Makes a persistent sandbox whose init idles until terminated or until
+/// its lifetime (`opts.lifetime`, default `opts.timeout`) ends; returns its
+/// id.
+///
+/// # Preconditions
+/// The caller is single-threaded (it leaves a reaper: see `lifetime`).
 pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String> {
+    opts.validate()?;
+    crate::lifetime::reap_expired(root);
     let (rt, bundles) = dirs(root);
     let id = new_id(prefix)?;
     let bundle = bundles.join(&id);
@@ -266,9 +394,12 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
             loopback: opts.loopback,
             ..Default::default()
         };
+        // Written before the box runs: a box that exists always has one.
+        crate::lifetime::set(root, &id, opts.lifetime.unwrap_or(opts.timeout))?;
         let mut c = rt.create(&id, &create)?;
         egress(root, &id, c.pid(), opts)?;
-        Ok(c.start()?)
+        c.start()?;
+        crate::lifetime::spawn_reaper(root, &id, Pid::from_raw(c.pid()))
     })();
     if let Err(e) = made {
         return Err(match remove_box(root, &id) {
@@ -279,10 +410,39 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
     Ok(id)
 }
 
-/// Runs `cmd` in sandbox `id` (state persists between calls); returns its status.
-pub fn exec(root: &Path, id: &str, cmd: &[String], env: &[String], tty: bool) -> Result<i32> {
+/// How to run a command in a launched box.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// Extra `NAME=VALUE` variables.
+    pub env: Vec<String>,
+    /// The command's own wall-clock limit; the box's lifetime applies in
+    /// any case.
+    pub timeout: Option<std::time::Duration>,
+    /// Collect output into the result (`--json`) instead of passing ours.
+    pub capture: bool,
+    /// Most bytes of stdout and of stderr kept when capturing.
+    pub output_cap: usize,
+}
+
+/// Box `id`, loaded, unless its lifetime has ended (then it is purged, and
+/// the error says so).
+fn live_box(root: &Path, id: &str) -> Result<(Runtime, tinyrun::Container)> {
     let (rt, _) = dirs(root);
+    tinyrun::check_id(id)?;
+    if crate::lifetime::remaining(root, id).is_some_and(|d| d.is_zero()) {
+        crate::lifetime::reap_expired(root);
+        return Err(Error::InvalidState(format!("sandbox {id} has reached the end of its lifetime and is removed")));
+    }
     let c = rt.load(id)?;
+    Ok((rt, c))
+}
+
+fn box_process(
+    c: &tinyrun::Container,
+    cmd: &[String],
+    env: &[String],
+    tty: bool,
+) -> Result<tinyrun::oci_spec::runtime::Process> {
     let mut p = c.exec_process(&ProcessOverrides {
         args: cmd.to_vec(),
         env: env.to_vec(),
@@ -291,8 +451,60 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], env: &[String], tty: bool) ->
         ..Default::default()
     })?;
     p.set_cwd("/work".into());
+    Ok(p)
+}
+
+/// Runs `cmd` in sandbox `id` (its files persist between calls) until it
+/// exits, its timeout passes (it and what it started in its session are
+/// killed, the box lives on) or the box's lifetime ends.
+///
+/// # Preconditions
+/// The caller is single-threaded.
+pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<SandboxResult> {
+    if let Some(e) = req.env.iter().find(|e| e.split_once('=').is_none_or(|(n, _)| n.is_empty())) {
+        return Err(Error::InvalidArgument(format!("invalid --env {e:?}: use NAME=VALUE")));
+    }
+    let (rt, c) = live_box(root, id)?;
+    let started = Instant::now();
+    let lifetime = crate::lifetime::remaining(root, id);
+    let limit = match (req.timeout, lifetime) {
+        (Some(t), Some(l)) => Some(t.min(l)),
+        (t, l) => t.or(l),
+    };
+    // No limit at all only for a box made before lifetimes: a century.
+    let deadline = started + limit.unwrap_or(Duration::from_secs(100 * 365 * 86400));
+    let _signals = Interrupts::block()?;
+    let result = (|| {
+        let process = box_process(&c, cmd, &req.env, false)?;
+        let mut io = Capture::new(req.capture)?;
+        let stdio = io.stdio();
+        let pid = c.exec_spawn(&ExecOptions {
+            process,
+            detach: true,
+            pid_file: None,
+            console_socket: None,
+            preserve_fds: 0,
+            cgroups: Vec::new(),
+            ignore_paused: false,
+            stdio,
+        })?;
+        let (out_r, err_r) = io.readers();
+        let mut res = finish(&rt, id, pid, started, deadline, out_r, err_r, req.output_cap, Scope::Session)?;
+        // The box's end killed it: that is its timeout too.
+        if lifetime.is_some_and(|l| started.elapsed() >= l) && res.signal.is_some() {
+            res.timed_out = true;
+        }
+        Ok(res)
+    })();
+    not_run_as_result(result, req.capture, started)
+}
+
+/// An interactive shell in sandbox `id`, on a terminal; returns its status.
+pub fn shell(root: &Path, id: &str) -> Result<i32> {
+    let (_, c) = live_box(root, id)?;
+    let process = box_process(&c, &["/bin/sh".to_string()], &[], true)?;
     Ok(c.exec(&ExecOptions {
-        process: p,
+        process,
         detach: false,
         pid_file: None,
         console_socket: None,
@@ -301,11 +513,6 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], env: &[String], tty: bool) ->
         ignore_paused: false,
         stdio: None,
     })?)
-}
-
-/// An interactive shell in sandbox `id`, on a terminal.
-pub fn shell(root: &Path, id: &str) -> Result<i32> {
-    exec(root, id, &["/bin/sh".to_string()], &[], true)
 }
 
 /// Removes sandbox `id`: kills everything in it and deletes every trace.
@@ -321,5 +528,6 @@ pub fn terminate(root: &Path, id: &str) -> Result<()> {
 
 /// The sandboxes that exist now.
 pub fn list(root: &Path) -> Result<Vec<ContainerState>> {
+    crate::lifetime::reap_expired(root);
     Ok(dirs(root).0.list()?)
 }

@@ -134,8 +134,10 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
             *v = Value::Null;
         }
     }
+    // cgroupsPath is per box; where it goes is not.
     let egress = opts.egress.as_ref().map(|e| format!("{e:?}"));
-    let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback, "image": image, "egress": egress});
+    let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback, "image": image, "egress": egress,
+                       "cgroup_parent": opts.cgroup_parent});
     let bytes = serde_json::to_vec(&whole).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     let sum = Sha256::digest(&bytes);
     Ok(sum.iter().take(8).map(|b| format!("{b:02x}")).collect())
@@ -278,7 +280,7 @@ fn spec_json(
         "gidMappings": map,
         "namespaces": [{"type": "user"}, {"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"},
                        {"type": "network"}, {"type": "cgroup"}],
-        "cgroupsPath": format!("/tinyrun-sandbox/{id}"),
+        "cgroupsPath": format!("{}/{id}", opts.cgroup_parent),
         "resources": {
             "memory": {"limit": opts.memory, "swap": opts.memory},
             "cpu": {"quota": quota, "period": 100_000},

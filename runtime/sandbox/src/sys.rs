@@ -120,3 +120,23 @@ pub(crate) fn lgetxattr(path: &std::ffi::CStr, name: &std::ffi::CStr) -> Result<
     buf.truncate(n);
     Ok(buf)
 }
+
+/// In a forked child that outlives its caller: /dev/null as stdin, stdout
+/// and stderr, and every other fd but `keep` closed, so the child holds
+/// none of the caller's pipes or files open.
+pub(crate) fn detach_stdio(keep: &[std::os::fd::BorrowedFd<'_>]) {
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        for fd in 0..3 {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+        }
+    }
+    let keep: Vec<RawFd> = keep.iter().map(AsRawFd::as_raw_fd).collect();
+    let open: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    for fd in open.into_iter().filter(|fd| *fd > 2 && !keep.contains(fd)) {
+        // Closing an fd we don't own (the directory listing's, already
+        // gone) fails harmlessly with EBADF.
+        let _ = nix::unistd::close(fd);
+    }
+}

@@ -14,10 +14,11 @@ use super::run::{Output, SandboxResult};
 use crate::error::{Error, Result};
 use tinyrun::{Runtime, RuntimeError};
 
-/// The box's stdio when its output is captured: /dev/null in, a pipe for
-/// each of stdout and stderr. Without capture the box shares ours.
+/// The box's stdio when its output is captured: our stdin (or /dev/null if
+/// we have none), a pipe for each of stdout and stderr. Without capture the
+/// box shares ours.
 pub(super) struct Capture {
-    devnull: Option<OwnedFd>,
+    stdin: Option<OwnedFd>,
     out: Option<(OwnedFd, OwnedFd)>,
     err: Option<(OwnedFd, OwnedFd)>,
 }
@@ -25,24 +26,29 @@ pub(super) struct Capture {
 impl Capture {
     pub(super) fn new(capture: bool) -> Result<Capture> {
         if !capture {
-            return Ok(Capture { devnull: None, out: None, err: None });
+            return Ok(Capture { stdin: None, out: None, err: None });
         }
         let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(Error::sys("pipe"));
-        let null = Path::new("/dev/null");
-        let devnull = OwnedFd::from(std::fs::File::open(null).map_err(|e| Error::io("open", null, e))?);
-        Ok(Capture { devnull: Some(devnull), out: Some(pipe()?), err: Some(pipe()?) })
+        let stdin = match std::io::stdin().as_fd().try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(_) => {
+                let null = Path::new("/dev/null");
+                OwnedFd::from(std::fs::File::open(null).map_err(|e| Error::io("open", null, e))?)
+            }
+        };
+        Ok(Capture { stdin: Some(stdin), out: Some(pipe()?), err: Some(pipe()?) })
     }
 
     /// What the box's fds 0, 1 and 2 become, if captured.
     pub(super) fn stdio(&self) -> Option<[std::os::fd::RawFd; 3]> {
-        let (null, out, err) = (self.devnull.as_ref()?, self.out.as_ref()?, self.err.as_ref()?);
-        Some([null.as_raw_fd(), out.1.as_raw_fd(), err.1.as_raw_fd()])
+        let (stdin, out, err) = (self.stdin.as_ref()?, self.out.as_ref()?, self.err.as_ref()?);
+        Some([stdin.as_raw_fd(), out.1.as_raw_fd(), err.1.as_raw_fd()])
     }
 
     /// Our read ends, once the box has its copies of the write ends: ours
     /// are closed here, so the reads see EOF when the box is done.
     pub(super) fn readers(&mut self) -> (Option<OwnedFd>, Option<OwnedFd>) {
-        self.devnull = None;
+        self.stdin = None;
         (self.out.take().map(|(r, _)| r), self.err.take().map(|(r, _)| r))
     }
 }
@@ -122,19 +128,31 @@ fn drain(fd: &OwnedFd, sink: &mut Output, cap: usize) -> bool {
     match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
         Ok(0) | Err(_) => false,
         Ok(n) => {
-            let room = cap.saturating_sub(sink.text.len());
+            let room = cap.saturating_sub(sink.bytes.len());
             if n > room {
                 sink.truncated = true;
             }
-            sink.text.push_str(&String::from_utf8_lossy(&buf[..n.min(room)]));
+            sink.bytes.extend_from_slice(&buf[..n.min(room)]);
             true
         }
     }
 }
 
+/// What to kill when the deadline passes or we are told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// The whole box (a one-shot or pooled run).
+    Box,
+    /// The command's session only (an `exec` into a box that lives on):
+    /// the command is a session leader, and what it started is in its
+    /// session unless it left with setsid (that lives on until the box's
+    /// lifetime ends).
+    Session,
+}
+
 /// Waits (capturing output) until `pid` exits, the deadline passes or we
-/// are told to stop; in the last two cases everything in the box is killed.
-/// Then reads the box's usage.
+/// are told to stop; in the last two cases `scope` is killed. Then reads
+/// the box's usage.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
     rt: &Runtime,
@@ -145,6 +163,7 @@ pub(super) fn finish(
     out: Option<OwnedFd>,
     err: Option<OwnedFd>,
     cap: usize,
+    scope: Scope,
 ) -> Result<SandboxResult> {
     let mut res = SandboxResult::default();
     let status = match wait_capturing(pid, deadline, out, err, cap, &mut res) {
@@ -153,9 +172,12 @@ pub(super) fn finish(
             // Killed from outside: the whole tree, by its cgroup. A box
             // that can't be killed is an error, not a result.
             res.timed_out = matches!(stop, Ok(Waited::TimedOut));
-            match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
-                Ok(()) | Err(RuntimeError::NotRunning) => {}
-                Err(e) => return Err(e.into()),
+            match scope {
+                Scope::Box => match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
+                    Ok(()) | Err(RuntimeError::NotRunning) => {}
+                    Err(e) => return Err(e.into()),
+                },
+                Scope::Session => kill_session(rt, id, pid),
             }
             let status = waitpid(pid, None).ok();
             match stop {
@@ -174,11 +196,37 @@ pub(super) fn finish(
         _ => {}
     }
     res.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let usage = rt.peek(id)?.usage();
-    res.cpu_ms = usage.cpu_ns / 1_000_000;
-    res.peak_memory_bytes = usage.peak_memory;
-    res.oom_killed = usage.oom_kills > 0;
+    // A box whose lifetime ended meanwhile is gone, and its usage with it.
+    if let Ok(c) = rt.peek(id) {
+        let usage = c.usage();
+        res.cpu_ms = usage.cpu_ns / 1_000_000;
+        res.peak_memory_bytes = usage.peak_memory;
+        res.oom_killed = usage.oom_kills > 0;
+    }
     Ok(res)
+}
+
+/// SIGKILLs every process of box `id` in `leader`'s session, a few rounds
+/// so one forked meanwhile goes too.
+fn kill_session(rt: &Runtime, id: &str, leader: Pid) {
+    for _ in 0..5 {
+        let Ok(pids) = rt.peek(id).and_then(|c| c.pids()) else { return };
+        let mine: Vec<i32> = pids.into_iter().filter(|p| session_of(*p) == Some(leader.as_raw())).collect();
+        if mine.is_empty() {
+            return;
+        }
+        for p in mine {
+            let _ = nix::sys::signal::kill(Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Field 6 of /proc/PID/stat: the session id, as the host sees it.
+fn session_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name, which is in parentheses and may hold anything.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// SIGINT, SIGTERM and SIGHUP, blocked while a box runs so they can be
