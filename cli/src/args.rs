@@ -131,7 +131,7 @@ pub(crate) enum SandboxCommand {
 #[derive(Debug, Subcommand)]
 pub(crate) enum SandboxPoolCommand {
     /// start idle sandboxes until N of these sizes are waiting
-    Fill(SandboxPoolFillArgs),
+    Fill(Box<SandboxPoolFillArgs>),
     /// list the pool's sandboxes: idle or in use, their key, and the time an idle one has left
     List(SandboxListArgs),
     /// empty the pool: stop refilling it and terminate every idle sandbox (one in use goes when its run ends)

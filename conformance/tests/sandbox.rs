@@ -646,9 +646,11 @@ fn pool_idle(sb: &Sbx) -> Vec<String> {
 }
 
 /// tinyrun processes of this test still running (a pool refill in a detached child).
+/// Less the boxes' reapers, which live as long as their box (see `sandbox_ux.rs`).
 fn tinyrun_procs(sb: &Sbx) -> Vec<i32> {
     let bin = sb.rt.bin.to_string_lossy().into_owned();
-    sb.rt.leftovers().into_iter().filter(|p| cmdline(*p).first() == Some(&bin)).collect()
+    let reaper = |p: i32| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tinyrun-reaper");
+    sb.rt.leftovers().into_iter().filter(|p| cmdline(*p).first() == Some(&bin) && !reaper(*p)).collect()
 }
 
 /// pool fill 2 → run --pool gives the right output (in one of the pool's sandboxes, still

@@ -9,10 +9,13 @@
 //! Every test prints one line `SANDBOX <name>: <what it saw>` (run with --nocapture) before it
 //! asserts, and leaves nothing behind (checked with the harness's `assert_clean`).
 
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
-use tinyrun_conformance::sandbox::{check_shape, saw, Sbx};
+use tinyrun_conformance::sandbox::{check_shape, sandbox_cgroups, saw, wait_for, Sbx};
 use tinyrun_conformance::terminal::on_terminal_typing;
-use tinyrun_conformance::{require_root, Out};
+use tinyrun_conformance::{cgroup_procs_recursive, require_root, rmdir_tree, Out};
 
 /// `sandbox shell ID` on a terminal: an interactive /bin/sh in the box, as the box's user, on a
 /// pty of the box's own; what is typed reaches it, its files persist, and its exit status is
@@ -237,4 +240,190 @@ fn json_is_always_one_object() {
     assert!(vg["error"].as_str().is_some_and(|s| s.contains("does not exist")), "{gone}");
     sb.raw(&["terminate", &id]).expect_ok("terminate");
     sb.assert_clean("--json");
+}
+
+/// This test's `tinyrun-reaper` processes (a launched box's lifetime keeper).
+fn reapers(sb: &Sbx) -> Vec<i32> {
+    sb.rt
+        .leftovers()
+        .into_iter()
+        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tinyrun-reaper"))
+        .collect()
+}
+
+fn box_exists(sb: &Sbx, id: &str) -> bool {
+    sb.rt.root().join("sandbox").join(id).exists() || sb.rt.root().join("sandbox-bundles").join(id).exists()
+}
+
+/// A launched box lives as long as its lifetime (`--lifetime`, by default its `--timeout`), then
+/// is terminated and purged with no tinyrun command running: an `exec` in it ends with 124 at
+/// that point, and nothing of the box is left. If its reaper is killed, the next sandbox command
+/// of the root purges it, and an `exec` into it is refused.
+#[test]
+fn a_launched_box_ends_with_its_lifetime() {
+    require_root!();
+    let sb = Sbx::new("sbx_lifetime");
+    let id = sb.launch(&["--timeout", "2s"]);
+    let t0 = Instant::now();
+    let o = sb.raw(&["exec", &id, "--", "sleep", "4"]);
+    let took = t0.elapsed();
+    // No tinyrun command from here on: the reaper alone must purge the box.
+    wait_for("the box to be purged", 5, || !box_exists(&sb, &id));
+    saw(sb.name, format!("launch --timeout 2s; exec -- sleep 4: exit {:?} after {took:?}", o.code()));
+    assert_eq!(o.code(), Some(124), "the exec ends with the box's lifetime\n{o}");
+    assert!(took < Duration::from_millis(3500), "took {took:?}");
+    sb.assert_clean("the end of a box's lifetime");
+
+    let id = sb.launch(&["--lifetime", "2s", "--timeout", "60s"]);
+    let keepers = reapers(&sb);
+    assert_eq!(keepers.len(), 1, "one reaper for the box: {keepers:?}");
+    let t0 = Instant::now();
+    wait_for("the idle box to be purged", 6, || !box_exists(&sb, &id));
+    saw(sb.name, format!("launch --lifetime 2s, left alone: purged after {:?}", t0.elapsed()));
+    assert!(t0.elapsed() >= Duration::from_millis(1500), "purged before its lifetime: {:?}", t0.elapsed());
+    sb.assert_clean("a box left alone until its lifetime ended");
+
+    // The reaper dies (a crash, a kill): the next command of the root does its work.
+    let id = sb.launch(&["--lifetime", "1s"]);
+    for p in reapers(&sb) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL).expect("kill the reaper");
+    }
+    wait_for("the reaper to go", 3, || reapers(&sb).is_empty());
+    std::thread::sleep(Duration::from_millis(1500));
+    let still = box_exists(&sb, &id);
+    let refused = sb.raw(&["exec", &id, "--", "true"]);
+    saw(
+        sb.name,
+        format!(
+            "reaper killed: box still there after its lifetime: {still}; exec: {:?} {:?}",
+            refused.code(),
+            refused.stderr.trim()
+        ),
+    );
+    assert_eq!(refused.code(), Some(125), "{refused}");
+    assert!(refused.stderr.contains("lifetime"), "says why\n{refused}");
+    assert!(!box_exists(&sb, &id), "the command purged the expired box");
+    sb.assert_clean("a box whose reaper was killed");
+}
+
+/// Pool management: `pool fill --idle-lifetime`, `pool list` (idle boxes, their key, target and
+/// time left), `run --pool --json` saying `"pool": "hit"` and the pool refilled, `pool drain`
+/// emptying it and stopping refills, a miss saying `"pool": "miss"`; an idle box past its idle
+/// lifetime purged with no tinyrun command running.
+#[test]
+fn pool_management() {
+    require_root!();
+    let sb = Sbx::new("sbx_poolux");
+    let mut fill = vec!["pool", "fill"];
+    fill.extend(sb.common());
+    let list = || -> Vec<Value> {
+        let o = sb.raw(&["pool", "list", "--format", "json"]).expect_ok("pool list");
+        serde_json::from_str::<Value>(o.stdout.trim())
+            .expect("pool list is JSON")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut f = fill.clone();
+    f.extend(["--idle-lifetime", "60s", "2"]);
+    let made = sb.raw(&f).expect_ok("pool fill");
+    assert_eq!(made.stdout.lines().count(), 2, "{made}");
+    let before = list();
+    let table = sb.raw(&["pool", "list"]).expect_ok("pool list");
+    let (hit, ho) = sb.run_json(&["--pool"], &["true"]);
+    wait_for("the pool to be refilled", 30, || list().iter().filter(|b| b["state"] == "idle").count() == 2);
+    let drained = sb.raw(&["pool", "drain"]).expect_ok("pool drain");
+    wait_for("the drained pool to be empty", 10, || list().is_empty());
+    let (miss, mo) = sb.run_json(&["--pool"], &["true"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let after_miss = list();
+    saw(
+        sb.name,
+        format!(
+            "listed {before:?}\n{}\nhit {:?}, drained {:?}, miss {:?}, after the miss {after_miss:?}",
+            table.stdout,
+            hit["pool"],
+            drained.stdout.lines().count(),
+            miss["pool"]
+        ),
+    );
+    assert_eq!(before.len(), 2);
+    for b in &before {
+        assert_eq!(b["state"], "idle", "{b}");
+        assert_eq!(b["target"], 2, "{b}");
+        assert!(b["key"].as_str().is_some_and(|k| k.starts_with("pool")), "{b}");
+        assert!(b["expires_in_s"].as_u64().is_some_and(|s| s > 50 && s <= 60), "{b}");
+    }
+    assert!(table.stdout.starts_with("ID") && table.stdout.contains("idle"), "{table}");
+    assert_eq!(hit["pool"], "hit", "{ho}");
+    assert_eq!(drained.stdout.lines().count(), 2, "{drained}");
+    assert_eq!(miss["pool"], "miss", "{mo}");
+    assert!(after_miss.is_empty(), "a drained pool is not refilled: {after_miss:?}");
+
+    let mut f = fill.clone();
+    f.extend(["--idle-lifetime", "2s", "1"]);
+    let made = sb.raw(&f).expect_ok("pool fill");
+    let id = made.stdout.trim().to_string();
+    let t0 = Instant::now();
+    wait_for("the idle pooled box to be purged", 6, || !box_exists(&sb, &id));
+    saw(sb.name, format!("--idle-lifetime 2s: purged after {:?}", t0.elapsed()));
+    sb.raw(&["pool", "drain"]).expect_ok("pool drain");
+    sb.assert_clean("the pool");
+}
+
+/// Removes the cgroup directories of a test's own `--cgroup-parent`, even on failure.
+struct CgroupParent(String);
+
+impl CgroupParent {
+    fn dirs(&self, leaf: &str) -> Vec<PathBuf> {
+        let base = Path::new("/sys/fs/cgroup");
+        let mut roots = vec![base.to_path_buf()];
+        roots.extend(std::fs::read_dir(base).into_iter().flatten().flatten().map(|e| e.path()));
+        let rel = self.0.trim_start_matches('/');
+        roots.into_iter().map(|r| r.join(rel).join(leaf)).filter(|p| p.is_dir()).collect()
+    }
+}
+
+impl Drop for CgroupParent {
+    fn drop(&mut self) {
+        for d in self.dirs("") {
+            for sub in std::fs::read_dir(&d).into_iter().flatten().flatten().filter(|e| e.path().is_dir()) {
+                remove_sandbox_cgroups_at(&sub.path());
+            }
+            rmdir_tree(&d);
+        }
+    }
+}
+
+fn remove_sandbox_cgroups_at(dir: &Path) {
+    for p in cgroup_procs_recursive(dir).into_iter().filter(|p| *p > 1) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    rmdir_tree(dir);
+}
+
+/// `--cgroup-parent` puts the box's cgroup where the caller says, in every hierarchy, and
+/// nothing under the default /tinyrun-sandbox; terminate removes it.
+#[test]
+fn cgroup_parent_is_configurable() {
+    require_root!();
+    let sb = Sbx::new("sbx_cgparent");
+    let parent = CgroupParent(format!("/tinyrun-cgparent-{}/boxes", std::process::id()));
+    let id = sb.launch(&["--cgroup-parent", &parent.0]);
+    let mine = parent.dirs(&id);
+    let default = sandbox_cgroups(&id);
+    let init = sb.list().into_iter().find(|(i, _, _)| *i == id).map(|(_, _, pid)| pid).expect("the box is listed");
+    let holds_init = mine.iter().any(|d| {
+        std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|t| t.lines().any(|l| l == init.to_string()))
+    });
+    let (v, o) = sb.run_json(&["--cgroup-parent", &parent.0], &["true"]);
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    let after = parent.dirs(&id);
+    saw(sb.name, format!("box cgroups {mine:?}, under the default {default:?}, init {init} in it: {holds_init}, after terminate {after:?}"));
+    assert!(!mine.is_empty() && holds_init, "the box's init is in {}/{id}: {mine:?}", parent.0);
+    assert!(default.is_empty(), "nothing under the default parent: {default:?}");
+    assert_eq!(v["exit_code"], 0, "{o}");
+    assert!(after.is_empty(), "terminate removes the box's cgroup: {after:?}");
+    sb.assert_clean("--cgroup-parent");
 }

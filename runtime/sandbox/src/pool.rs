@@ -72,7 +72,7 @@ pub fn list(root: &Path) -> Result<Vec<PoolBox>> {
             "idle".to_string()
         };
         let expires_in_s = crate::lifetime::remaining(root, &s.id).map(|d| d.as_secs());
-        let target = std::fs::read_to_string(target_file(root, &key)).ok().and_then(|t| t.trim().parse().ok());
+        let target = target(root, &key).map(|(n, _)| n);
         out.push(PoolBox { id: s.id, key, state, created: s.created, expires_in_s, target });
     }
     Ok(out)

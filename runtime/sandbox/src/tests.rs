@@ -46,6 +46,7 @@ fn same_options_same_key_and_every_isolation_option_changes_it() {
         SandboxOptions { timeout: Duration::from_secs(99), ..base.clone() },
         SandboxOptions { output_cap: 7, ..base.clone() },
         SandboxOptions { host_ids: "65536:65536".parse().unwrap(), ..base.clone() },
+        SandboxOptions { lifetime: Some(Duration::from_secs(5)), ..base.clone() },
     ];
     for o in &same {
         assert_eq!(digest(o), key, "{o:?}");
@@ -61,6 +62,7 @@ fn same_options_same_key_and_every_isolation_option_changes_it() {
         ("writable root", SandboxOptions { writable_root: true, ..base.clone() }),
         ("tmpfs size", SandboxOptions { tmpfs_size: base.tmpfs_size + 4096, ..base.clone() }),
         ("env", SandboxOptions { env: vec!["A=1".into()], ..base.clone() }),
+        ("cgroup parent", SandboxOptions { cgroup_parent: "/elsewhere".into(), ..base.clone() }),
         ("rootfs a", with_rootfs(&ra)),
         ("rootfs b", with_rootfs(&rb)),
         ("bundle a", with_bundle(&ba)),
@@ -193,4 +195,30 @@ fn the_shipped_profile_parses_and_loads() {
 fn a_profile_that_does_not_parse_is_an_error() {
     let e = parse_profile("{\"defaultAction\": ").unwrap_err().to_string();
     assert!(e.contains("sandbox seccomp profile does not parse"), "{e}");
+}
+
+#[test]
+fn output_is_utf8_text_or_lossless_base64() {
+    use crate::run::Output;
+    let json =
+        |bytes: &[u8], truncated: bool| serde_json::to_value(Output { bytes: bytes.to_vec(), truncated }).unwrap();
+    assert_eq!(json(b"hi\n", false), json!({"text": "hi\n", "encoding": "utf-8", "truncated": false}));
+    assert_eq!(json(b"\xff\xfeok", false), json!({"text": "//5vaw==", "encoding": "base64", "truncated": false}));
+    // Cut by the cap inside a character: the whole ones are text.
+    assert_eq!(json("\u{e9}\u{e9}".as_bytes()[..3].as_ref(), true)["text"], "\u{e9}");
+    // The same bytes not cut by the cap are not UTF-8.
+    assert_eq!(json("\u{e9}\u{e9}".as_bytes()[..3].as_ref(), false)["encoding"], "base64");
+}
+
+#[test]
+fn options_no_box_could_start_with_are_refused_by_name() {
+    let base = SandboxOptions::default();
+    let err = |o: SandboxOptions| o.validate().unwrap_err().to_string();
+    assert!(err(SandboxOptions { memory: 1024, ..base.clone() }).contains("--memory"));
+    assert!(err(SandboxOptions { env: vec!["FOO".into()], ..base.clone() }).contains("--env \"FOO\""));
+    assert!(err(SandboxOptions { env: vec!["=x".into()], ..base.clone() }).contains("--env"));
+    for bad in ["relative", "/", "/a/../b", "/a//b", "/a/./b", "/a:b"] {
+        assert!(err(SandboxOptions { cgroup_parent: bad.into(), ..base.clone() }).contains("--cgroup-parent"), "{bad}");
+    }
+    assert!(SandboxOptions { cgroup_parent: "/a/b".into(), ..base }.validate().is_ok());
 }
