@@ -5,9 +5,9 @@
 //! - the deadline is written into the box's bundle dir (`expires`, unix
 //!   milliseconds), where every later sandbox command of the root looks
 //!   (`reap_expired`): a box past it is purged before anything else;
-//! - `launch` leaves a small reaper behind, a forked child in a session of
-//!   its own holding a pidfd of the box's init, which wakes at the deadline
-//!   (or when init dies) and purges the box.
+//! - `launch` makes sure the root has a reaper: one small forked child per
+//!   root, in a session of its own, which purges each box at its deadline
+//!   and exits when no box of the root has one left.
 //!
 //! A pooled box taken by a run is claimed (module `pool`); the claim holds
 //! the run's own deadline, and the box lives until that one too has passed.
@@ -15,9 +15,6 @@
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
 use crate::sys::{self, Forked};
@@ -87,45 +84,83 @@ pub(crate) fn reap_expired(root: &Path) {
     }
 }
 
-/// Leaves a reaper for box `id`, whose init is `init`: a detached child
-/// that purges the box when its lifetime ends or its init dies.
+/// Where the root's reaper holds its lock (an `flock`, for as long as it
+/// runs).
+fn lock_file(root: &Path) -> PathBuf {
+    root.join("sandbox-reaper.lock")
+}
+
+/// How often the reaper looks for a deadline it doesn't know yet (a box
+/// launched since it last looked).
+const TICK: Duration = Duration::from_millis(500);
+
+/// Makes sure the root has a reaper running: a detached child, one per
+/// root, that purges each box of the root when its lifetime ends, and
+/// exits once no box of the root has a deadline. Call it after writing a
+/// box's deadline.
+///
+/// The reaper holds an exclusive `flock` on [`lock_file`] while it runs.
+/// If the lock is free here, there is no reaper and one is started; if it
+/// is held, the reaper will see this box's deadline: it only exits after
+/// releasing the lock and finding no deadline left, and ours was written
+/// before we tried the lock.
 ///
 /// # Preconditions
 /// The caller is single-threaded (see `sys::fork`).
-pub(crate) fn spawn_reaper(root: &Path, id: &str, init: Pid) -> Result<()> {
-    // Opened here, so the reaper can't mistake a later process for init.
-    let pidfd = sys::pidfd_open(init).map_err(Error::sys("pidfd_open"))?;
+pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
+    let path = lock_file(root);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io("open", &path, e))?;
+    if !sys::try_lock(&file).map_err(|e| Error::io("lock", &path, e.into()))? {
+        // Held: a reaper runs.
+        return Ok(());
+    }
     match sys::fork().map_err(Error::sys("fork"))? {
+        // The child holds the lock through its copy of the open file; ours
+        // is closed without unlocking (that would release it for both).
         Forked::Parent(_) => Ok(()),
         Forked::Child => {
             // Nobody waits for us: our own session, no terminal, none of
             // the caller's files (its stdout may be a pipe it reads to EOF).
             let _ = nix::unistd::setsid();
-            sys::detach_stdio(&[pidfd.as_fd()]);
+            sys::detach_stdio(&[file.as_fd()]);
             let _ = nix::sys::prctl::set_name(c"tinyrun-reaper");
-            loop {
-                let Some(at) = purge_at(root, id) else { sys::exit_child(0) };
-                let left = at.saturating_sub(now_ms());
-                if left == 0 {
-                    break;
-                }
-                let ms = PollTimeout::try_from(left.min(60_000)).unwrap_or(PollTimeout::MAX);
-                let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-                if poll(&mut fds, ms).is_ok_and(|n| n > 0) {
-                    // Init died: the box is no use any more. Most likely a
-                    // `terminate` killed it and is purging it now: give it
-                    // time to finish, and purge only what it left.
-                    for _ in 0..40 {
-                        if expires(root, id).is_none() {
-                            sys::exit_child(0);
-                        }
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    break;
-                }
-            }
-            sys::exit_child(i32::from(crate::run::terminate(root, id).is_err()))
+            // A caller waiting for a box may have blocked SIGTERM and
+            // friends; the reaper answers them as any process does.
+            let _ = nix::sys::signal::sigprocmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(&nix::sys::signal::SigSet::empty()),
+                None,
+            );
+            reap_until_none_left(root, &file)
         }
+    }
+}
+
+/// The reaper's loop: purge what has expired, sleep until the next
+/// deadline (or a tick), and leave when no box has a deadline.
+fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
+    let deadlines = || names(&root.join("sandbox-bundles")).iter().filter_map(|id| purge_at(root, id)).min();
+    loop {
+        reap_expired(root);
+        let Some(next) = deadlines() else {
+            // Leave; but a box launched while we looked saw our lock and
+            // relies on us: look again once the lock is released.
+            if sys::unlock(lock).is_err() || deadlines().is_none() {
+                sys::exit_child(0);
+            }
+            match sys::try_lock(lock) {
+                Ok(true) => continue,
+                // Another reaper has started: it sees the box.
+                _ => sys::exit_child(0),
+            }
+        };
+        let left = Duration::from_millis(next.saturating_sub(now_ms()));
+        std::thread::sleep(left.min(TICK));
     }
 }
 

@@ -399,7 +399,7 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
         let mut c = rt.create(&id, &create)?;
         egress(root, &id, c.pid(), opts)?;
         c.start()?;
-        crate::lifetime::spawn_reaper(root, &id, Pid::from_raw(c.pid()))
+        crate::lifetime::ensure_reaper(root)
     })();
     if let Err(e) = made {
         return Err(match remove_box(root, &id) {

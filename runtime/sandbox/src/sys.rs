@@ -140,3 +140,22 @@ pub(crate) fn detach_stdio(keep: &[std::os::fd::BorrowedFd<'_>]) {
         let _ = nix::unistd::close(fd);
     }
 }
+
+/// `flock(fd, LOCK_EX | LOCK_NB)`: true if we now hold the lock, false if
+/// another open file holds it. The lock belongs to the open file, so it
+/// lasts while any duplicate of `fd` (a forked child's) stays open.
+pub(crate) fn try_lock(fd: &impl AsRawFd) -> Result<bool, Errno> {
+    // SAFETY: a plain system call with integer arguments.
+    let ret = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    match Errno::result(ret) {
+        Ok(_) => Ok(true),
+        Err(Errno::EWOULDBLOCK) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `flock(fd, LOCK_UN)`: releases the lock for every duplicate of `fd`.
+pub(crate) fn unlock(fd: &impl AsRawFd) -> Result<(), Errno> {
+    // SAFETY: a plain system call with integer arguments.
+    Errno::result(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_UN) }).map(drop)
+}
