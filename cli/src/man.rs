@@ -15,6 +15,7 @@ mod tests {
     use clap_mangen::Man;
 
     use crate::args::Cli;
+    use crate::man_text::Block;
 
     const SECTION: &str = "8";
 
@@ -67,6 +68,32 @@ mod tests {
     /// EXIT STATUS, FILES and EXAMPLES for the page of `name`.
     fn sections(extra: &mut Roff, name: &str) {
         let e = crate::man_text::extra(name);
+        for (title, blocks) in crate::man_text::reference(name) {
+            extra.control("SH", [*title]);
+            for b in *blocks {
+                match b {
+                    Block::P(text) => {
+                        extra.control("PP", []);
+                        extra.text([roman(*text)]);
+                    }
+                    Block::Item(term, text) => {
+                        extra.control("TP", []);
+                        extra.text([bold(*term)]);
+                        extra.text([roman(*text)]);
+                    }
+                    Block::Example(lines) => {
+                        extra.control("PP", []);
+                        extra.control("RS", []);
+                        extra.control("nf", []);
+                        for l in lines.lines() {
+                            extra.text([roman(l)]);
+                        }
+                        extra.control("fi", []);
+                        extra.control("RE", []);
+                    }
+                }
+            }
+        }
         extra.control("SH", ["EXIT STATUS"]);
         extra.text([roman(e.exit_status)]);
         extra.control("SH", ["FILES"]);
@@ -168,6 +195,31 @@ mod tests {
             for section in [".SH \"EXIT STATUS\"", ".SH FILES", ".SH EXAMPLES"] {
                 assert!(text.contains(section), "{name} lacks {section}");
             }
+        }
+    }
+
+    #[test]
+    fn the_sandbox_page_is_a_reference() {
+        let pages = pages();
+        let page = &pages["tinyrun-sandbox.8"];
+        for section in ["JSON RESULT", "EXIT STATUS", "PRESETS AND DEFAULTS", "THE BOX'S FILES", "REQUIREMENTS"] {
+            let quoted = page.contains(&format!(".SH \"{section}\"\n"));
+            assert!(quoted || page.contains(&format!(".SH {section}\n")), "tinyrun-sandbox.8 lacks {section}");
+        }
+        // Every field of the result is documented, and every outcome has an example.
+        let fields = serde_json::to_value(tinyrun_sandbox::SandboxResult::default()).expect("result as JSON");
+        for field in fields.as_object().expect("an object").keys().map(String::as_str).chain(["pool", "writes"]) {
+            assert!(
+                page.contains(&format!("\\fB{}\\fR", field.replace('_', "\\_")))
+                    || page.contains(&format!("\\fB{field}\\fR")),
+                "{field} is not documented"
+            );
+        }
+        for outcome in ["exit", "signal", "timeout", "OOM", "setup error"] {
+            assert!(page.contains(&format!("Example, {outcome}:")), "no example of {outcome}");
+        }
+        for code in ["124", "125", "126", "127"] {
+            assert!(pages["tinyrun-sandbox-run.8"].contains(code), "sandbox run's page lacks {code}");
         }
     }
 

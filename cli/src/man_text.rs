@@ -15,11 +15,234 @@ const STATE_FILES: &str = "/run/tinyrun (or the directory given with --root): th
      container is created, start.sock (what start connects to).";
 
 const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): sandbox/ (the boxes' container state), \
-     sandbox-bundles/ (their bundles and generated roots), sandbox-pool/ (how many pooled boxes to keep, per \
-     configuration), sandbox-ids/ (the host id ranges in use, one file per box) and sandbox-net/ (the /30 link \
-     of each box with --network egress, one file per box, named by its first address). /etc/subuid and \
-     /etc/subgid are read so no box gets a range listed there. With --network egress, the box's host-side link \
-     trb-<hash> and nftables table inet tinyrun-<hash> live in the host's network namespace.";
+     sandbox-bundles/ (their bundles and generated roots; a launched box's deadline is sandbox-bundles/ID/expires, \
+     in unix milliseconds), sandbox-pool/ (how many pooled boxes to keep and their idle lifetime, per \
+     configuration), sandbox-ids/ (the host id ranges in use, one file per box), sandbox-net/ (the /30 link of \
+     each box with --network egress, one file per box, named by its first address) and sandbox-reaper.lock (held \
+     by the root's reaper while it runs). /etc/subuid and /etc/subgid are read so no box gets a range listed \
+     there. With --network egress, the box's host-side link trb-<hash> and nftables table inet tinyrun-<hash> \
+     live in the host's network namespace.";
+
+const SANDBOX_STATUS: &str = "The command's exit status, or 128+N if signal N killed it; 124 if the time limit \
+     killed it (--timeout, or the end of a launched box's lifetime); 125 if tinyrun failed (a bad option, a box \
+     that could not be made or does not exist); 126 if the command could not be executed; 127 if it was not \
+     found. With --json: 0 once the result object is printed, whatever the command did (the object says how it \
+     ended), and 125, with an object holding only error, if it could not be run.";
+
+/// A paragraph of a hand-written man page section.
+pub(crate) enum Block {
+    /// Text.
+    P(&'static str),
+    /// A term (in bold) and what it means.
+    Item(&'static str, &'static str),
+    /// Lines shown as they are (commands, JSON).
+    Example(&'static str),
+}
+
+/// The reference sections of `tinyrun sandbox`'s page: what the --json
+/// result holds, the exit statuses, presets and defaults, the box's files,
+/// and what the host must provide.
+const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
+    (
+        "JSON RESULT",
+        &[
+            Block::P(
+                "sandbox run --json and sandbox exec --json print exactly one JSON object on one line, on stdout, \
+                 in every case, failures to make the box included. Fields may be added within a schema_version; \
+                 one that changes meaning or goes away raises it.",
+            ),
+            Block::Item("schema_version", "The format's version: 1."),
+            Block::Item(
+                "error",
+                "null, or why the command could not be run at all (a bad option, a box that could not be made, \
+                 an unknown box); the other fields are then empty and tinyrun exits 125.",
+            ),
+            Block::Item(
+                "exit_code",
+                "The command's exit status, or null if a signal killed it. 126: it could not be executed; 127: \
+                 it was not found (the reason is on its stderr, as a shell puts it).",
+            ),
+            Block::Item("signal", "The signal that killed the command (\"SIGKILL\"), or null if it exited."),
+            Block::Item(
+                "timed_out",
+                "true if the time limit killed it (run: --timeout; exec: --timeout or the end of the box's \
+                 lifetime). signal is then SIGKILL.",
+            ),
+            Block::Item("oom_killed", "true if the kernel's OOM killer acted in the box (signal is then SIGKILL)."),
+            Block::Item("duration_ms", "Wall time from the start of the box (exec: of the command) to its end."),
+            Block::Item("cpu_ms", "CPU time used by the whole box."),
+            Block::Item("peak_memory_bytes", "The highest memory use of the whole box."),
+            Block::Item(
+                "stdout",
+                "The command's output, {\"text\", \"encoding\", \"truncated\"}: text is the bytes as UTF-8 \
+                 (encoding \"utf-8\"), or, if they are not UTF-8, base64 of the bytes (encoding \"base64\"), so \
+                 nothing is lost. truncated: more than --output-cap bytes were written and only the first were \
+                 kept (a character cut at the cap is dropped).",
+            ),
+            Block::Item("stderr", "The same for its standard error."),
+            Block::Item("pool", "With run --pool only: \"hit\" if a pre-started box was taken, \"miss\" if not."),
+            Block::Item("writes", "With run --report-writes DIR only: the files the command made or changed there."),
+            Block::P("stdin is the command's stdin, under --json as without it."),
+            Block::P("Example, exit: sandbox run --json -- sh -c 'echo hello; exit 3'"),
+            Block::Example(
+                r#"{"schema_version":1,"error":null,"exit_code":3,"signal":null,"timed_out":false,
+ "oom_killed":false,"duration_ms":40,"cpu_ms":3,"peak_memory_bytes":471040,
+ "stdout":{"text":"hello\n","encoding":"utf-8","truncated":false},
+ "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
+            ),
+            Block::P("Example, signal: sandbox run --json -- python3 -c 'import ctypes; ctypes.string_at(0)'"),
+            Block::Example(
+                r#"{"schema_version":1,"error":null,"exit_code":null,"signal":"SIGSEGV","timed_out":false,
+ "oom_killed":false,"duration_ms":64,"cpu_ms":14,"peak_memory_bytes":3354624,
+ "stdout":{"text":"","encoding":"utf-8","truncated":false},
+ "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
+            ),
+            Block::P("Example, timeout: sandbox run --json --timeout 1s -- sleep 10"),
+            Block::Example(
+                r#"{"schema_version":1,"error":null,"exit_code":null,"signal":"SIGKILL","timed_out":true,
+ "oom_killed":false,"duration_ms":1005,"cpu_ms":3,"peak_memory_bytes":466944,
+ "stdout":{"text":"","encoding":"utf-8","truncated":false},
+ "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
+            ),
+            Block::P(
+                "Example, OOM: sandbox run --json --memory 32M -- python3 -c 'a = [b\"x\" * (1 << 20) for _ in \
+                 range(64)]'",
+            ),
+            Block::Example(
+                r#"{"schema_version":1,"error":null,"exit_code":null,"signal":"SIGKILL","timed_out":false,
+ "oom_killed":true,"duration_ms":52,"cpu_ms":35,"peak_memory_bytes":33554432,
+ "stdout":{"text":"","encoding":"utf-8","truncated":false},
+ "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
+            ),
+            Block::P("Example, setup error: sandbox run --json --rootfs /nonexistent -- true (exit status 125)"),
+            Block::Example(
+                r#"{"schema_version":1,"error":"open --rootfs /nonexistent: No such file or directory (os error 2)",
+ "exit_code":null,"signal":null,"timed_out":false,"oom_killed":false,"duration_ms":0,"cpu_ms":0,
+ "peak_memory_bytes":0,"stdout":{"text":"","encoding":"utf-8","truncated":false},
+ "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
+            ),
+            Block::P("(Shown over several lines here; tinyrun prints each on one line.)"),
+        ],
+    ),
+    (
+        "EXIT STATUS",
+        &[
+            Block::Item("0..123", "The command's own exit status (run, exec, shell)."),
+            Block::Item(
+                "124",
+                "The time limit killed the command: run --timeout, exec --timeout, or the end of a \
+                 launched box's lifetime.",
+            ),
+            Block::Item(
+                "125",
+                "tinyrun failed: a bad option or usage, a box that could not be made, an unknown \
+                 box. The error is on stderr (and in --log); under --json it is also the object's error.",
+            ),
+            Block::Item(
+                "126",
+                "The command was found but could not be executed (not executable, a bad \
+                 interpreter).",
+            ),
+            Block::Item("127", "The command was not found."),
+            Block::Item(
+                "128+N",
+                "Signal N killed the command (137 for SIGKILL: the OOM killer, or a kill from \
+                 outside).",
+            ),
+            Block::P("With --json, tinyrun exits 0 once it has printed a result, and 125 with an error object."),
+        ],
+    ),
+    (
+        "PRESETS AND DEFAULTS",
+        &[
+            Block::P(
+                "--type picks a preset; explicit --memory, --cpus, --pids, --timeout and --tmpfs-size go on top. \
+                 With no --type: micro.",
+            ),
+            Block::Example(
+                "PRESET  MEMORY  CPUS  PIDS  TIMEOUT  TMPFS (each of /tmp, /work)
+nano    128M    0.25    32       5s  32M
+micro   256M    0.5     64      10s  64M
+small   512M    1      128      30s  128M
+medium  1G      2      256      60s  256M
+large   2G      4      512     120s  512M",
+            ),
+            Block::P("The smallest --memory a box starts with is 8M. Swap is not allowed on top of the limit."),
+            Block::P(
+                "Defaults, each loosened only by its own option: network loopback only (--network none: not \
+                 even lo up); the seccomp allowlist on (--no-seccomp); a read-only root (--writable-root); no \
+                 capabilities, no_new_privs; private pid, mount, ipc, uts, network, cgroup and user namespaces; \
+                 --output-cap 1M; --copy-limit 1G; --cgroup-parent /tinyrun-sandbox (each box's cgroup is \
+                 PARENT/ID, in every hierarchy).",
+            ),
+            Block::P(
+                "A launched box lives for --lifetime, by default its --timeout (the preset's: 10s for micro), \
+                 and is then terminated and purged by the root's reaper, a small process (tinyrun-reaper) that \
+                 runs while a box of the root has a deadline; if it is gone, the next sandbox command of the root \
+                 purges expired boxes first, and exec into one is refused. exec --timeout limits one command \
+                 (it and its session are killed; the box lives on). A pooled box waits unused for at most \
+                 --idle-lifetime (default 10m); pool drain empties the pool and stops refills.",
+            ),
+        ],
+    ),
+    (
+        "THE BOX'S FILES",
+        &[
+            Block::P(
+                "By default the root is a skeleton made in the box's bundle directory: the host's /usr, /bin, \
+                 /sbin and /lib* bound read-only (or the host's symlinks for a merged /usr), read-only binds of \
+                 a few /etc entries programs need (ld.so.cache, ld.so.conf*, localtime, nsswitch.conf, \
+                 alternatives, ssl, ca-certificates, mime.types), and /etc/passwd, group, hosts and hostname of \
+                 its own. Nothing else of the host is there.",
+            ),
+            Block::P(
+                "Writable: /tmp and /work, each a tmpfs of --tmpfs-size owned by the box's user; /work is the \
+                 home and working directory. /dev/shm is a tmpfs of the same size.",
+            ),
+            Block::P(
+                "Also: /proc; /dev as a small tmpfs with null, zero, full, random, urandom and tty, its own \
+                 devpts (/dev/pts, /dev/ptmx) and mqueue; /sys read-only, with /sys/kernel, /sys/firmware and \
+                 /sys/fs/cgroup masked, as are /proc/kcore, /proc/keys and the other masked /proc files.",
+            ),
+            Block::P(
+                "With --image the root is an overlay: the image read-only below, a tmpfs of --tmpfs-size above \
+                 holding every write (for a launched box, for as long as it lives). With --rootfs or --bundle, \
+                 that directory is the root.",
+            ),
+            Block::P(
+                "The command runs as uid and gid 1000 (sandbox) in the box's own user namespace, where ids \
+                 0..65535 map to a range of 65536 unprivileged host ids of its own (see Host ids above).",
+            ),
+        ],
+    ),
+    (
+        "REQUIREMENTS",
+        &[
+            Block::P(
+                "tinyrun sandbox runs as root on the host: it makes user namespaces with id ranges of their \
+                 own, cgroups and mounts. Nothing in the box is root on the host. The kernel needs user, pid, \
+                 mount, network and cgroup namespaces, pidfds and overlayfs (for --image).",
+            ),
+            Block::P(
+                "The box's root user is an unprivileged host id, which must be able to reach its root \
+                 filesystem: every directory above --root's sandbox-bundles (and above --rootfs) must be \
+                 searchable by others (o+x); tinyrun says so if one is not.",
+            ),
+        ],
+    ),
+];
+
+/// The reference sections for the page of `name`, besides EXIT STATUS,
+/// FILES and EXAMPLES.
+pub(crate) fn reference(name: &str) -> &'static [(&'static str, &'static [Block])] {
+    match name {
+        "tinyrun-sandbox" => SANDBOX_REFERENCE,
+        _ => &[],
+    }
+}
+
+const SANDBOX_ZERO_OR_125: &str = "0 on success; 125 on any error, with the error on stderr (and, with --log, in the \
+     log).";
 
 const ZERO_OR_ONE: &str = "0 on success; 1 on any error, with the error on stderr (and, with --log, in the log).";
 
@@ -86,8 +309,8 @@ pub(crate) fn extra(name: &str) -> Extra {
             &[("tinyrun update --memory 512M web", "change a limit"), ("tinyrun update -r - web < res.json", "")],
         ),
         "tinyrun-features" => (ZERO_OR_ONE, &[("tinyrun features", "what this build supports, as JSON")]),
-        "tinyrun-sandbox-run" | "tinyrun-sandbox-exec" => (
-            "The command's exit status, or 128+N if signal N killed it; 1 if the box could not be made.",
+        "tinyrun-sandbox-run" => (
+            SANDBOX_STATUS,
             &[
                 ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
                 ("tinyrun sandbox run --json --timeout 2s -- sh -c 'sleep 5'", "a result object, timed out"),
@@ -95,10 +318,40 @@ pub(crate) fn extra(name: &str) -> Extra {
                     "tinyrun sandbox run --network egress --dns 192.0.2.53 --allow-host pypi.org:443 -- pip download x",
                     "egress to one host and port, names resolved by 192.0.2.53",
                 ),
+                ("echo x | tinyrun sandbox run --json -- cat", "stdin reaches the command"),
+            ],
+        ),
+        "tinyrun-sandbox-exec" => (
+            SANDBOX_STATUS,
+            &[
+                ("tinyrun sandbox exec \"$id\" -- pip install --user x", "run a command in a launched box"),
+                ("tinyrun sandbox exec --json --timeout 30s \"$id\" -- make test", "a result object, as run gives"),
+            ],
+        ),
+        "tinyrun-sandbox" => (
+            "See EXIT STATUS above.",
+            &[
+                ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
+                ("id=$(tinyrun sandbox launch --lifetime 30m)", "a persistent box, gone after 30 minutes"),
+                ("tinyrun sandbox exec \"$id\" -- pip install --user x", "use it"),
+                ("tinyrun sandbox terminate \"$id\"", "remove it and every trace of it now"),
+                ("tinyrun sandbox pool fill 4 && tinyrun sandbox run --pool --json -- true", "a warm pool"),
+            ],
+        ),
+        "tinyrun-sandbox-shell" => (
+            "The shell's exit status; 125 if tinyrun failed (an unknown box, one past its lifetime).",
+            &[("tinyrun sandbox shell \"$id\"", "an interactive /bin/sh in a launched box, on a terminal")],
+        ),
+        "tinyrun-sandbox-pool-list" | "tinyrun-sandbox-pool-drain" | "tinyrun-sandbox-pool-fill" => (
+            SANDBOX_ZERO_OR_125,
+            &[
+                ("tinyrun sandbox pool fill --type nano --idle-lifetime 5m 8", "keep 8 nano boxes waiting"),
+                ("tinyrun sandbox pool list", "the pool's boxes, idle or in use"),
+                ("tinyrun sandbox pool drain", "empty it"),
             ],
         ),
         _ if name.starts_with("tinyrun-sandbox") => (
-            ZERO_OR_ONE,
+            SANDBOX_ZERO_OR_125,
             &[
                 ("id=$(tinyrun sandbox launch)", "a persistent box"),
                 ("tinyrun sandbox exec \"$id\" -- pip install --user x", "use it"),
