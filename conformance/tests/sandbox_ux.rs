@@ -145,6 +145,30 @@ fn exit_statuses_and_flag_errors() {
     // Only init's own `sleep 3600` is left: the timed-out command's session is gone.
     assert!(after.ok() && after.stdout.matches("sleep").count() == 1, "{after}");
     assert_eq!(no_id.code(), Some(125), "{no_id}");
+
+    // Told to stop (Ctrl-C, a supervisor's SIGTERM): the command is killed, and tinyrun exits
+    // 128+N as a shell does; `run` removes its box, `exec` leaves the box as it was.
+    let stop = |mut r: tinyrun_conformance::Running, sig: nix::sys::signal::Signal| {
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = nix::unistd::Pid::from_raw(r.child.id() as i32);
+        nix::sys::signal::kill(pid, sig).expect("signal tinyrun");
+        r.wait()
+    };
+    let int = stop(sb.spawn_run(&[], &["sleep", "30"]), nix::sys::signal::SIGINT);
+    let term = stop(sb.rt.spawn(&["sandbox", "exec", &id, "--", "sleep", "30"]), nix::sys::signal::SIGTERM);
+    let alive = sb.raw(&["exec", &id, "--", "ps", "-e", "-o", "comm="]);
+    saw(
+        sb.name,
+        format!(
+            "SIGINT to run: {:?}; SIGTERM to exec: {:?}; box after: {:?}",
+            int.code(),
+            term.code(),
+            alive.stdout.split_whitespace().collect::<Vec<_>>()
+        ),
+    );
+    assert_eq!(int.code(), Some(130), "{int}");
+    assert_eq!(term.code(), Some(143), "{term}");
+    assert!(alive.ok() && alive.stdout.matches("sleep").count() == 1, "the box lives on, without the command\n{alive}");
     sb.raw(&["terminate", &id]).expect_ok("terminate");
     sb.assert_clean("exit statuses");
 }

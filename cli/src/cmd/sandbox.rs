@@ -34,10 +34,11 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     }
 }
 
-/// 126 or 127 for a command that could not be executed or was not found;
-/// `None` for any other failure (the command's usual failure status).
+/// 126 or 127 for a command that could not be executed or was not found,
+/// 128+N when signal N stopped us; `None` for any other failure (the
+/// command's usual failure status).
 pub(crate) fn failure_code(e: &anyhow::Error) -> Option<u8> {
-    e.downcast_ref::<sandbox::Error>().and_then(sandbox::Error::exec_status).and_then(|s| u8::try_from(s).ok())
+    e.downcast_ref::<sandbox::Error>().and_then(sandbox::Error::exit_status).and_then(|s| u8::try_from(s).ok())
 }
 
 /// Prints the result under --json (tinyrun then exits 0: the object says

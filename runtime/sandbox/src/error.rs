@@ -39,6 +39,15 @@ pub enum Error {
     /// a signal).
     #[error("{0}")]
     InvalidState(String),
+    /// tinyrun was told to stop (SIGINT, SIGTERM, SIGHUP) while a command
+    /// ran: the command was killed.
+    #[error("sandbox {id} stopped: tinyrun got {signal}")]
+    Stopped {
+        /// The box.
+        id: String,
+        /// What we got.
+        signal: nix::sys::signal::Signal,
+    },
     /// An image could not be used: it doesn't parse, doesn't match its
     /// digests, or breaks a rule or a cap of unpacking.
     #[error("{0}")]
@@ -70,6 +79,16 @@ impl Error {
 
     pub(crate) fn sys(op: &'static str) -> impl FnOnce(Errno) -> Self {
         move |errno| Error::Sys { op, errno }
+    }
+
+    /// The status to exit with for this error instead of 125: 128+N when
+    /// signal N stopped us (as a shell reports an interrupted command), or
+    /// [`Error::exec_status`].
+    pub fn exit_status(&self) -> Option<i32> {
+        match self {
+            Error::Stopped { signal, .. } => Some(128 + *signal as i32),
+            e => e.exec_status(),
+        }
     }
 
     /// 127 if the command was not found, 126 if it could not be executed

@@ -182,9 +182,7 @@ pub(super) fn finish(
             let status = waitpid(pid, None).ok();
             match stop {
                 Err(e) => return Err(e),
-                Ok(Waited::Interrupted(sig)) => {
-                    return Err(Error::InvalidState(format!("sandbox {id} stopped: tinyrun got {sig}")))
-                }
+                Ok(Waited::Interrupted(sig)) => return Err(Error::Stopped { id: id.to_string(), signal: sig }),
                 _ => {}
             }
             status
