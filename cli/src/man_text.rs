@@ -23,7 +23,8 @@ const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): san
      there. With --network egress, the box's host-side link trb-<hash> and nftables table inet tinyrun-<hash> \
      live in the host's network namespace.";
 
-const SANDBOX_STATUS: &str = "The command's exit status, or 128+N if signal N killed it; 124 if the time limit \
+const SANDBOX_STATUS: &str = "The command's exit status, or 128+N if signal N killed it (or stopped tinyrun, \
+     which then killed the command); 124 if the time limit \
      killed it (--timeout, or the end of a launched box's lifetime); 125 if tinyrun failed (a bad option, a box \
      that could not be made or does not exist); 126 if the command could not be executed; 127 if it was not \
      found. With --json: 0 once the result object is printed, whatever the command did (the object says how it \
@@ -147,7 +148,8 @@ const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
             Block::Item(
                 "128+N",
                 "Signal N killed the command (137 for SIGKILL: the OOM killer, or a kill from \
-                 outside).",
+                 outside), or tinyrun itself got SIGINT, SIGTERM or SIGHUP (130, 143, 129) and killed the \
+                 command: run then removes its box, exec leaves the box as it was.",
             ),
             Block::P("With --json, tinyrun exits 0 once it has printed a result, and 125 with an error object."),
         ],

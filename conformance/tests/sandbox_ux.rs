@@ -148,7 +148,7 @@ fn exit_statuses_and_flag_errors() {
 
     // Told to stop (Ctrl-C, a supervisor's SIGTERM): the command is killed, and tinyrun exits
     // 128+N as a shell does; `run` removes its box, `exec` leaves the box as it was.
-    let stop = |mut r: tinyrun_conformance::Running, sig: nix::sys::signal::Signal| {
+    let stop = |r: tinyrun_conformance::Running, sig: nix::sys::signal::Signal| {
         std::thread::sleep(Duration::from_millis(1500));
         let pid = nix::unistd::Pid::from_raw(r.child.id() as i32);
         nix::sys::signal::kill(pid, sig).expect("signal tinyrun");
