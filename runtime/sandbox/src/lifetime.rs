@@ -128,6 +128,8 @@ pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
             // the caller's files (its stdout may be a pipe it reads to EOF).
             let _ = nix::unistd::setsid();
             sys::detach_stdio(&[file.as_fd()]);
+            // Nor the caller's working directory, which it may unmount.
+            let _ = nix::unistd::chdir("/");
             let _ = nix::sys::prctl::set_name(c"tinyrun-reaper");
             // A caller waiting for a box may have blocked SIGTERM and
             // friends; the reaper answers them as any process does.
@@ -159,8 +161,13 @@ fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
                 _ => sys::exit_child(0),
             }
         };
-        let left = Duration::from_millis(next.saturating_sub(now_ms()));
-        std::thread::sleep(left.min(TICK));
+        // A box still past its deadline is one that could not be purged:
+        // try again at the next tick, not at once.
+        let left = match next.saturating_sub(now_ms()) {
+            0 => TICK,
+            ms => Duration::from_millis(ms).min(TICK),
+        };
+        std::thread::sleep(left);
     }
 }
 

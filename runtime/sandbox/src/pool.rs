@@ -35,9 +35,15 @@ fn idle(root: &Path, key: &str) -> Result<Vec<String>> {
         .into_iter()
         .filter(|s| s.id.starts_with(&k) && s.status == tinyrun::Status::Running)
         .filter(|s| !claim_file(root, &s.id).exists())
+        // One about to reach the end of its idle lifetime may be purged
+        // before a claim could be seen: leave it.
+        .filter(|s| crate::lifetime::remaining(root, &s.id).is_none_or(|d| d > CLAIM_MARGIN))
         .map(|s| s.id)
         .collect())
 }
+
+/// See [`idle`].
+const CLAIM_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A box of the pool, as `pool list` shows it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -91,8 +97,13 @@ pub fn drain(root: &Path) -> Result<Vec<String>> {
     }
     let mut gone = Vec::new();
     for b in list(root)?.into_iter().filter(|b| b.state != "in-use") {
-        // Claimed first, so no run takes it while it goes.
+        // Claimed first, so no run takes it while it goes; the claim's
+        // deadline is now, so a reaper may purge it if we can't.
         let claimed = std::fs::OpenOptions::new().write(true).create_new(true).open(claim_file(root, &b.id));
+        if let Ok(mut f) = claimed.as_ref() {
+            use std::io::Write;
+            let _ = f.write_all(crate::lifetime::deadline_ms(std::time::Duration::ZERO).to_string().as_bytes());
+        }
         if claimed.is_ok() || b.state != "idle" {
             super::run::terminate(root, &b.id)?;
             gone.push(b.id);
