@@ -229,11 +229,16 @@ impl Sbx {
         (v, o)
     }
 
-    /// `sandbox launch [common] OPTS`: the id.
+    /// `sandbox launch [common] OPTS`: the id. Unless OPTS set `--lifetime` or `--timeout`, the
+    /// box lives 10 minutes, not the default preset's 10 s, which a slow host (a VM under TCG)
+    /// can spend before the test is done with the box.
     #[track_caller]
     pub fn launch(&self, opts: &[&str]) -> String {
         let mut v = vec!["launch"];
         v.extend(self.common());
+        if !opts.iter().any(|o| matches!(*o, "--lifetime" | "--timeout")) {
+            v.extend(["--lifetime", "10m"]);
+        }
         v.extend_from_slice(opts);
         let o = self.raw(&v).expect_ok("sandbox launch");
         let id = o.stdout.trim().to_string();
