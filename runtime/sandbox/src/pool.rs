@@ -161,6 +161,11 @@ fn top_up(root: &Path, opts: &SandboxOptions, key: &str, n: usize) -> Result<Vec
     let have = idle(root, key)?.len();
     let mut made = Vec::new();
     for _ in have..n {
+        // Drained meanwhile: stop (a box made just before still goes at
+        // the end of its idle lifetime).
+        if target(root, key).is_none() {
+            break;
+        }
         made.push(launch(root, opts, key)?);
     }
     Ok(made)
