@@ -451,3 +451,66 @@ fn cgroup_parent_is_configurable() {
     assert!(after.is_empty(), "terminate removes the box's cgroup: {after:?}");
     sb.assert_clean("--cgroup-parent");
 }
+
+/// The README's persistent-box pattern, end to end: a package copied in with `sandbox cp`,
+/// installed with pip into a venv in one `exec`, importable in the next, its output copied out;
+/// `exec --json` reports it.
+#[test]
+fn persistent_box_pip_install() {
+    require_root!();
+    let sb = Sbx::new("sbx_pip");
+    let pkg = sb.rt.work().join("hello-pkg");
+    std::fs::create_dir_all(pkg.join("hello")).expect("mkdir package");
+    std::fs::write(pkg.join("hello/__init__.py"), "def greet():\n    return 'hello from a box'\n").expect("write");
+    std::fs::write(
+        pkg.join("pyproject.toml"),
+        "[project]\nname = \"hello\"\nversion = \"0.1\"\n[build-system]\nrequires = [\"setuptools\"]\n\
+         build-backend = \"setuptools.build_meta\"\n",
+    )
+    .expect("write");
+    let id = sb.launch(&[]);
+    let pkg_in = format!("{id}:/work/pkg");
+    sb.raw(&["cp", pkg.to_str().expect("utf-8"), &pkg_in]).expect_ok("cp in");
+    let venv = sb.raw(&["exec", &id, "--", "python3", "-m", "venv", "--system-site-packages", "/work/venv"]);
+    if !venv.ok() {
+        sb.raw(&["terminate", &id]).expect_ok("terminate");
+        tinyrun_conformance::skip!("python3 -m venv does not work on this host (python3-venv missing?)\n{venv}");
+    }
+    let install = sb.raw(&[
+        "exec",
+        "--timeout",
+        "120s",
+        &id,
+        "--",
+        "/work/venv/bin/pip",
+        "install",
+        "--no-index",
+        "--no-build-isolation",
+        "./pkg",
+    ]);
+    let run = sb.raw(&[
+        "exec",
+        "--json",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "/work/venv/bin/python -c 'import hello; print(hello.greet())' | tee /work/out.txt",
+    ]);
+    let out = sb.rt.work().join("out.txt");
+    let out_from = format!("{id}:/work/out.txt");
+    let copied = sb.raw(&["cp", &out_from, out.to_str().expect("utf-8")]);
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    saw(
+        sb.name,
+        format!("pip install: exit {:?}; exec --json: {}; copied out: {text:?}", install.code(), run.stdout.trim()),
+    );
+    assert!(install.ok(), "{install}");
+    let v = one_object(&run);
+    check_shape(&v, &run);
+    assert_eq!(v["stdout"]["text"], "hello from a box\n", "installed in one exec, imported in the next\n{run}");
+    assert!(copied.ok(), "{copied}");
+    assert_eq!(text, "hello from a box\n");
+    sb.assert_clean("the persistent-box pattern");
+}
