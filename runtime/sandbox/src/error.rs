@@ -41,7 +41,7 @@ pub enum Error {
     InvalidState(String),
     /// tinyrun was told to stop (SIGINT, SIGTERM, SIGHUP) while a command
     /// ran: the command was killed.
-    #[error("sandbox {id} stopped: tinyrun got {signal}")]
+    #[error("the command in sandbox {id} was killed: tinyrun got {signal}")]
     Stopped {
         /// The box.
         id: String,
