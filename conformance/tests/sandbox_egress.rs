@@ -325,7 +325,8 @@ fn allow_host_narrows_and_dns_opens_port_53_only() {
     let mut v = vec!["launch"];
     v.extend(net.sb.common());
     let allow = format!("{PUBLIC2}:80");
-    v.extend(["--network", "egress", "--allow-host", &allow, "--dns", RESOLVER]);
+    // A lifetime longer than the preset's 10 s, which a loaded host can spend here.
+    v.extend(["--lifetime", "10m", "--network", "egress", "--allow-host", &allow, "--dns", RESOLVER]);
     let o = net.sandbox(&v);
     assert!(o.ok(), "{o}");
     let id = o.stdout.trim().to_string();
@@ -678,7 +679,7 @@ fn ipv6_from_the_box_reaches_nothing() {
     let net = Net::new("sbx_egress_ipv6");
     let mut v = vec!["launch"];
     v.extend(net.sb.common());
-    v.extend(["--network", "egress"]);
+    v.extend(["--lifetime", "10m", "--network", "egress"]);
     let o = net.sandbox(&v);
     assert!(o.ok(), "{o}");
     let id = o.stdout.trim().to_string();
