@@ -578,6 +578,12 @@ pub(crate) fn is_sandbox(argv: &[String]) -> bool {
     argv.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "sandbox")
 }
 
+/// Whether `argv` is a sandbox command that asked for a `--json` result,
+/// which it must print even when its command line doesn't parse.
+pub(crate) fn wants_json(argv: &[String]) -> bool {
+    is_sandbox(argv) && argv.iter().take_while(|a| *a != "--").any(|a| a == "--json" || a == "--json=true")
+}
+
 /// A line to add to clap's error for a mistake it can't name: a sandbox
 /// command given without the `--` before it.
 pub(crate) fn usage_hint(argv: &[String], e: &clap::Error) -> Option<String> {

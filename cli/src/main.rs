@@ -47,6 +47,9 @@ fn main() -> ExitCode {
             if let Some(hint) = args::usage_hint(&argv, &e) {
                 eprintln!("{hint}");
             }
+            if e.use_stderr() && args::wants_json(&argv) {
+                cmd::print_error_result(e.to_string().lines().next().unwrap_or("invalid arguments"));
+            }
             let failed = if args::is_sandbox(&argv) { 125 } else { 1 };
             return ExitCode::from(if e.use_stderr() { failed } else { 0 });
         }

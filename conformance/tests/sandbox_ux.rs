@@ -196,6 +196,13 @@ fn json_is_always_one_object() {
     let setup = sb.raw(&args(&["--memory", "1k", "--", "true"]));
     let rootfs = sb.raw(&args(&["--rootfs", "/nonexistent-rootfs", "--", "true"]));
     let missing = sb.raw(&args(&["--", "no-such-command-xyz"]));
+    let usage = sb.raw(&args(&["--no-such-flag", "--", "true"]));
+    let vu = one_object(&usage);
+    assert_eq!(usage.code(), Some(125), "{usage}");
+    assert!(
+        vu["error"].as_str().is_some_and(|e| e.contains("--no-such-flag")),
+        "a usage error is an object too\n{usage}"
+    );
     let (vs, vb, vc, ve, vr, vm) = (
         one_object(&stdin),
         one_object(&binary),

@@ -17,7 +17,7 @@ mod start;
 mod state;
 mod update;
 
-pub(crate) use sandbox::failure_code;
+pub(crate) use sandbox::{failure_code, print_error_result};
 
 use std::path::{Path, PathBuf};
 

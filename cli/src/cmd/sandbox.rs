@@ -26,11 +26,18 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             // Under --json there is always exactly one object, failures
             // included; the error goes to stderr (and the log) as well.
             if json {
-                let res = SandboxResult { error: Some(crate::one_line(&e)), ..SandboxResult::default() };
-                outln!("{}", serde_json::to_string(&res)?);
+                print_error_result(&crate::one_line(&e));
             }
             Err(e)
         }
+    }
+}
+
+/// The `--json` object of a command that could not be run: only `error`.
+pub(crate) fn print_error_result(error: &str) {
+    let res = SandboxResult { error: Some(error.to_string()), ..SandboxResult::default() };
+    if let Ok(text) = serde_json::to_string(&res) {
+        outln!("{text}");
     }
 }
 
