@@ -48,7 +48,9 @@ fn main() -> ExitCode {
                 eprintln!("{hint}");
             }
             if e.use_stderr() && args::wants_json(&argv) {
-                cmd::print_error_result(e.to_string().lines().next().unwrap_or("invalid arguments"));
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or("invalid arguments");
+                cmd::print_error_result(first.trim_start_matches("error: "));
             }
             let failed = if args::is_sandbox(&argv) { 125 } else { 1 };
             return ExitCode::from(if e.use_stderr() { failed } else { 0 });
