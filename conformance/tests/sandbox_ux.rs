@@ -402,25 +402,42 @@ fn pool_management() {
     sb.assert_clean("the pool");
 }
 
-/// Removes the cgroup directories of a test's own `--cgroup-parent`, even on failure.
-struct CgroupParent(String);
+/// `/sys/fs/cgroup[/<hierarchy>]/<path>/<leaf>` that exist.
+fn cgroup_dirs_of(path: &str, leaf: &str) -> Vec<PathBuf> {
+    let base = Path::new("/sys/fs/cgroup");
+    let mut roots = vec![base.to_path_buf()];
+    roots.extend(std::fs::read_dir(base).into_iter().flatten().flatten().map(|e| e.path()));
+    let rel = path.trim_start_matches('/');
+    roots.into_iter().map(|r| r.join(rel).join(leaf)).filter(|p| p.is_dir()).collect()
+}
+
+/// A test's own `--cgroup-parent`, `/tinyrun-cgparent-<pid>/boxes`: its whole tree is removed
+/// on drop, even on failure.
+struct CgroupParent {
+    top: String,
+    path: String,
+}
 
 impl CgroupParent {
+    fn new() -> CgroupParent {
+        let top = format!("/tinyrun-cgparent-{}", std::process::id());
+        CgroupParent { path: format!("{top}/boxes"), top }
+    }
+
     fn dirs(&self, leaf: &str) -> Vec<PathBuf> {
-        let base = Path::new("/sys/fs/cgroup");
-        let mut roots = vec![base.to_path_buf()];
-        roots.extend(std::fs::read_dir(base).into_iter().flatten().flatten().map(|e| e.path()));
-        let rel = self.0.trim_start_matches('/');
-        roots.into_iter().map(|r| r.join(rel).join(leaf)).filter(|p| p.is_dir()).collect()
+        cgroup_dirs_of(&self.path, leaf)
     }
 }
 
 impl Drop for CgroupParent {
+    /// Kills what is left in the boxes' cgroups and removes the tree from the top.
     fn drop(&mut self) {
         for d in self.dirs("") {
             for sub in std::fs::read_dir(&d).into_iter().flatten().flatten().filter(|e| e.path().is_dir()) {
                 remove_sandbox_cgroups_at(&sub.path());
             }
+        }
+        for d in cgroup_dirs_of(&self.top, "") {
             rmdir_tree(&d);
         }
     }
@@ -440,23 +457,26 @@ fn remove_sandbox_cgroups_at(dir: &Path) {
 fn cgroup_parent_is_configurable() {
     require_root!();
     let sb = Sbx::new("sbx_cgparent");
-    let parent = CgroupParent(format!("/tinyrun-cgparent-{}/boxes", std::process::id()));
-    let id = sb.launch(&["--cgroup-parent", &parent.0]);
+    let parent = CgroupParent::new();
+    let id = sb.launch(&["--cgroup-parent", &parent.path]);
     let mine = parent.dirs(&id);
     let default = sandbox_cgroups(&id);
     let init = sb.list().into_iter().find(|(i, _, _)| *i == id).map(|(_, _, pid)| pid).expect("the box is listed");
     let holds_init = mine.iter().any(|d| {
         std::fs::read_to_string(d.join("cgroup.procs")).is_ok_and(|t| t.lines().any(|l| l == init.to_string()))
     });
-    let (v, o) = sb.run_json(&["--cgroup-parent", &parent.0], &["true"]);
+    let (v, o) = sb.run_json(&["--cgroup-parent", &parent.path], &["true"]);
     sb.raw(&["terminate", &id]).expect_ok("terminate");
     let after = parent.dirs(&id);
     saw(sb.name, format!("box cgroups {mine:?}, under the default {default:?}, init {init} in it: {holds_init}, after terminate {after:?}"));
-    assert!(!mine.is_empty() && holds_init, "the box's init is in {}/{id}: {mine:?}", parent.0);
+    assert!(!mine.is_empty() && holds_init, "the box's init is in {}/{id}: {mine:?}", parent.path);
     assert!(default.is_empty(), "nothing under the default parent: {default:?}");
     assert_eq!(v["exit_code"], 0, "{o}");
     assert!(after.is_empty(), "terminate removes the box's cgroup: {after:?}");
     sb.assert_clean("--cgroup-parent");
+    let top = parent.top.clone();
+    drop(parent);
+    assert!(cgroup_dirs_of(&top, "").is_empty(), "the test's cgroup parent is removed: {:?}", cgroup_dirs_of(&top, ""));
 }
 
 /// The README's persistent-box pattern, end to end: a package copied in with `sandbox cp`,
