@@ -177,3 +177,39 @@ fn names(dir: &Path) -> Vec<String> {
         .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A root with box `id`'s bundle and state dirs.
+    fn root_with(id: &str) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("sandbox-bundles").join(id)).unwrap();
+        std::fs::create_dir_all(t.path().join("sandbox").join(id)).unwrap();
+        t
+    }
+
+    #[test]
+    fn a_box_is_purged_at_its_deadline_or_after_its_claim() {
+        let t = root_with("b");
+        let root = t.path();
+        assert_eq!(purge_at(root, "b"), None, "no deadline: never purged by lifetime");
+        set(root, "b", Duration::from_secs(60)).unwrap();
+        let at = purge_at(root, "b").unwrap();
+        assert!(at > now_ms() + 59_000 && at <= now_ms() + 60_000, "{at}");
+        assert!(remaining(root, "b").is_some_and(|d| d > Duration::from_secs(59)));
+
+        std::fs::write(expires_file(root, "b"), (now_ms() - 1).to_string()).unwrap();
+        assert!(purge_at(root, "b").unwrap() <= now_ms(), "past its deadline");
+        assert_eq!(remaining(root, "b"), Some(Duration::ZERO));
+
+        // Claimed by a run: not before the run's own deadline and the grace.
+        let claim = crate::pool::claim_file(root, "b");
+        std::fs::write(&claim, deadline_ms(Duration::from_secs(30)).to_string()).unwrap();
+        assert!(purge_at(root, "b").unwrap() >= now_ms() + 34_000);
+        // Claimed, deadline not written yet: soon, not now.
+        std::fs::write(&claim, "").unwrap();
+        assert!(purge_at(root, "b").unwrap() > now_ms());
+    }
+}
