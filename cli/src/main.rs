@@ -42,19 +42,7 @@ fn main() -> ExitCode {
     let argv = args::normalize(&command, raw);
     let matches = match command.try_get_matches_from(&argv) {
         Ok(m) => m,
-        Err(e) => {
-            let _ = e.print();
-            if let Some(hint) = args::usage_hint(&argv, &e) {
-                eprintln!("{hint}");
-            }
-            if e.use_stderr() && args::wants_json(&argv) {
-                let text = e.to_string();
-                let first = text.lines().next().unwrap_or("invalid arguments");
-                cmd::print_error_result(first.trim_start_matches("error: "));
-            }
-            let failed = if args::is_sandbox(&argv) { 125 } else { 1 };
-            return ExitCode::from(if e.use_stderr() { failed } else { 0 });
-        }
+        Err(e) => return usage_error(&argv, &e),
     };
     let cli = match args::Cli::from_arg_matches(&matches) {
         Ok(c) => c,
@@ -96,6 +84,24 @@ fn main() -> ExitCode {
             ExitCode::from(cmd::failure_code(&e).unwrap_or(failure_code))
         }
     }
+}
+
+/// clap's error for a command line that doesn't parse, with a hint where
+/// it can't name the mistake, and the one JSON object a sandbox `--json`
+/// caller always gets. A sandbox's usage error exits 125, as its other
+/// failures do; runc's commands exit 1.
+fn usage_error(argv: &[String], e: &clap::Error) -> ExitCode {
+    let _ = e.print();
+    if let Some(hint) = args::usage_hint(argv, e) {
+        eprintln!("{hint}");
+    }
+    if e.use_stderr() && args::wants_json(argv) {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or("invalid arguments");
+        cmd::print_error_result(first.trim_start_matches("error: "));
+    }
+    let failed = if args::is_sandbox(argv) { 125 } else { 1 };
+    ExitCode::from(if e.use_stderr() { failed } else { 0 })
 }
 
 /// The error and its causes on one line, each cause once: the library's

@@ -248,120 +248,137 @@ const SANDBOX_ZERO_OR_125: &str = "0 on success; 125 on any error, with the erro
 
 const ZERO_OR_ONE: &str = "0 on success; 1 on any error, with the error on stderr (and, with --log, in the log).";
 
+type Page = (&'static [&'static str], &'static str, &'static [(&'static str, &'static str)]);
+
+/// Each page's EXIT STATUS and EXAMPLES, by page name.
+const PAGES: &[Page] = &[
+    (
+        &["tinyrun"],
+        "That of the command run; see each command's page.",
+        &[
+            ("tinyrun spec && tinyrun run demo", "make a config in the current bundle directory and run it"),
+            ("tinyrun --root /run/mine list", "list the containers of another state root"),
+        ],
+    ),
+    (
+        &["tinyrun-create"],
+        ZERO_OR_ONE,
+        &[("tinyrun create --bundle /srv/b --pid-file /run/b.pid web", "create web from the bundle /srv/b")],
+    ),
+    (&["tinyrun-start"], ZERO_OR_ONE, &[("tinyrun start web", "run the program of the created container web")]),
+    (&["tinyrun-state"], ZERO_OR_ONE, &[("tinyrun state web", "print web's state as JSON")]),
+    (
+        &["tinyrun-kill"],
+        "0 once the signal is sent; 1 if the container does not exist, is not running, or the signal is \
+         unknown.",
+        &[("tinyrun kill web KILL", "send SIGKILL to web's init"), ("tinyrun kill --all web TERM", "to all")],
+    ),
+    (
+        &["tinyrun-delete"],
+        ZERO_OR_ONE,
+        &[("tinyrun delete web", "remove a stopped container"), ("tinyrun delete --force web", "kill it first")],
+    ),
+    (
+        &["tinyrun-run"],
+        "The program's exit status, or 128+N if signal N killed it; with --detach, 0 once it runs. 1 if the \
+         container could not be made or started.",
+        &[
+            ("tinyrun run --bundle /srv/b web", "create, start, wait, delete"),
+            ("tinyrun run -d --bundle /srv/b web", "leave it running"),
+        ],
+    ),
+    (&["tinyrun-list"], ZERO_OR_ONE, &[("tinyrun list -q", "the ids only"), ("tinyrun list --format json", "")]),
+    (
+        &["tinyrun-spec"],
+        ZERO_OR_ONE,
+        &[("tinyrun spec", "write config.json here"), ("tinyrun spec --rootless", "one for an unprivileged user")],
+    ),
+    (
+        &["tinyrun-exec"],
+        "The program's exit status, or 128+N if signal N killed it; with --detach, 0 once it runs. 255 if \
+         the process could not be made or its program could not be run (the error says which).",
+        &[
+            ("tinyrun exec web sh -c 'echo hi'", "run a command in web"),
+            ("tinyrun exec -t web sh", "an interactive shell on a terminal"),
+        ],
+    ),
+    (&["tinyrun-ps"], ZERO_OR_ONE, &[("tinyrun ps web", "the container's processes"), ("tinyrun ps -f json web", "")]),
+    (
+        &["tinyrun-events"],
+        ZERO_OR_ONE,
+        &[("tinyrun events --stats web", "one set of statistics"), ("tinyrun events --interval 1s web", "a stream")],
+    ),
+    (&["tinyrun-pause"], ZERO_OR_ONE, &[("tinyrun pause web", "freeze every process of web")]),
+    (&["tinyrun-resume"], ZERO_OR_ONE, &[("tinyrun resume web", "thaw them")]),
+    (
+        &["tinyrun-update"],
+        ZERO_OR_ONE,
+        &[("tinyrun update --memory 512M web", "change a limit"), ("tinyrun update -r - web < res.json", "")],
+    ),
+    (&["tinyrun-features"], ZERO_OR_ONE, &[("tinyrun features", "what this build supports, as JSON")]),
+    (
+        &["tinyrun-sandbox-run"],
+        SANDBOX_STATUS,
+        &[
+            ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
+            ("tinyrun sandbox run --json --timeout 2s -- sh -c 'sleep 5'", "a result object, timed out"),
+            (
+                "tinyrun sandbox run --network egress --dns 192.0.2.53 --allow-host pypi.org:443 -- pip download x",
+                "egress to one host and port, names resolved by 192.0.2.53",
+            ),
+            ("echo x | tinyrun sandbox run --json -- cat", "stdin reaches the command"),
+        ],
+    ),
+    (
+        &["tinyrun-sandbox-exec"],
+        SANDBOX_STATUS,
+        &[
+            ("tinyrun sandbox exec \"$id\" -- pip install --user x", "run a command in a launched box"),
+            ("tinyrun sandbox exec --json --timeout 30s \"$id\" -- make test", "a result object, as run gives"),
+        ],
+    ),
+    (
+        &["tinyrun-sandbox"],
+        "See EXIT STATUS above.",
+        &[
+            ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
+            ("id=$(tinyrun sandbox launch --lifetime 30m)", "a persistent box, gone after 30 minutes"),
+            ("tinyrun sandbox exec \"$id\" -- pip install --user x", "use it"),
+            ("tinyrun sandbox terminate \"$id\"", "remove it and every trace of it now"),
+            ("tinyrun sandbox pool fill 4 && tinyrun sandbox run --pool --json -- true", "a warm pool"),
+        ],
+    ),
+    (
+        &["tinyrun-sandbox-shell"],
+        "The shell's exit status; 125 if tinyrun failed (an unknown box, one past its lifetime).",
+        &[("tinyrun sandbox shell \"$id\"", "an interactive /bin/sh in a launched box, on a terminal")],
+    ),
+    (
+        &["tinyrun-sandbox-pool-list", "tinyrun-sandbox-pool-drain", "tinyrun-sandbox-pool-fill"],
+        SANDBOX_ZERO_OR_125,
+        &[
+            ("tinyrun sandbox pool fill --type nano --idle-lifetime 5m 8", "keep 8 nano boxes waiting"),
+            ("tinyrun sandbox pool list", "the pool's boxes, idle or in use"),
+            ("tinyrun sandbox pool drain", "empty it"),
+        ],
+    ),
+];
+
+/// Pages of the sandbox's commands not listed in [`PAGES`].
+const SANDBOX_DEFAULT: (&str, &[(&str, &str)]) = (
+    SANDBOX_ZERO_OR_125,
+    &[
+        ("id=$(tinyrun sandbox launch)", "a persistent box"),
+        ("tinyrun sandbox exec \"$id\" -- pip install --user x", "use it"),
+        ("tinyrun sandbox terminate \"$id\"", "remove it and every trace of it"),
+    ],
+);
+
 /// The sections for the page of `name` (`tinyrun`, `tinyrun-create`, `tinyrun-sandbox-run`, ...).
 pub(crate) fn extra(name: &str) -> Extra {
-    let (exit_status, examples): (&str, &[(&str, &str)]) = match name {
-        "tinyrun" => (
-            "That of the command run; see each command's page.",
-            &[
-                ("tinyrun spec && tinyrun run demo", "make a config in the current bundle directory and run it"),
-                ("tinyrun --root /run/mine list", "list the containers of another state root"),
-            ],
-        ),
-        "tinyrun-create" => (
-            ZERO_OR_ONE,
-            &[("tinyrun create --bundle /srv/b --pid-file /run/b.pid web", "create web from the bundle /srv/b")],
-        ),
-        "tinyrun-start" => (ZERO_OR_ONE, &[("tinyrun start web", "run the program of the created container web")]),
-        "tinyrun-state" => (ZERO_OR_ONE, &[("tinyrun state web", "print web's state as JSON")]),
-        "tinyrun-kill" => (
-            "0 once the signal is sent; 1 if the container does not exist, is not running, or the signal is \
-             unknown.",
-            &[("tinyrun kill web KILL", "send SIGKILL to web's init"), ("tinyrun kill --all web TERM", "to all")],
-        ),
-        "tinyrun-delete" => (
-            ZERO_OR_ONE,
-            &[("tinyrun delete web", "remove a stopped container"), ("tinyrun delete --force web", "kill it first")],
-        ),
-        "tinyrun-run" => (
-            "The program's exit status, or 128+N if signal N killed it; with --detach, 0 once it runs. 1 if the \
-             container could not be made or started.",
-            &[
-                ("tinyrun run --bundle /srv/b web", "create, start, wait, delete"),
-                ("tinyrun run -d --bundle /srv/b web", "leave it running"),
-            ],
-        ),
-        "tinyrun-list" => (ZERO_OR_ONE, &[("tinyrun list -q", "the ids only"), ("tinyrun list --format json", "")]),
-        "tinyrun-spec" => (
-            ZERO_OR_ONE,
-            &[("tinyrun spec", "write config.json here"), ("tinyrun spec --rootless", "one for an unprivileged user")],
-        ),
-        "tinyrun-exec" => (
-            "The program's exit status, or 128+N if signal N killed it; with --detach, 0 once it runs. 255 if \
-             the process could not be made or its program could not be run (the error says which).",
-            &[
-                ("tinyrun exec web sh -c 'echo hi'", "run a command in web"),
-                ("tinyrun exec -t web sh", "an interactive shell on a terminal"),
-            ],
-        ),
-        "tinyrun-ps" => {
-            (ZERO_OR_ONE, &[("tinyrun ps web", "the container's processes"), ("tinyrun ps -f json web", "")])
-        }
-        "tinyrun-events" => (
-            ZERO_OR_ONE,
-            &[
-                ("tinyrun events --stats web", "one set of statistics"),
-                ("tinyrun events --interval 1s web", "a stream"),
-            ],
-        ),
-        "tinyrun-pause" => (ZERO_OR_ONE, &[("tinyrun pause web", "freeze every process of web")]),
-        "tinyrun-resume" => (ZERO_OR_ONE, &[("tinyrun resume web", "thaw them")]),
-        "tinyrun-update" => (
-            ZERO_OR_ONE,
-            &[("tinyrun update --memory 512M web", "change a limit"), ("tinyrun update -r - web < res.json", "")],
-        ),
-        "tinyrun-features" => (ZERO_OR_ONE, &[("tinyrun features", "what this build supports, as JSON")]),
-        "tinyrun-sandbox-run" => (
-            SANDBOX_STATUS,
-            &[
-                ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
-                ("tinyrun sandbox run --json --timeout 2s -- sh -c 'sleep 5'", "a result object, timed out"),
-                (
-                    "tinyrun sandbox run --network egress --dns 192.0.2.53 --allow-host pypi.org:443 -- pip download x",
-                    "egress to one host and port, names resolved by 192.0.2.53",
-                ),
-                ("echo x | tinyrun sandbox run --json -- cat", "stdin reaches the command"),
-            ],
-        ),
-        "tinyrun-sandbox-exec" => (
-            SANDBOX_STATUS,
-            &[
-                ("tinyrun sandbox exec \"$id\" -- pip install --user x", "run a command in a launched box"),
-                ("tinyrun sandbox exec --json --timeout 30s \"$id\" -- make test", "a result object, as run gives"),
-            ],
-        ),
-        "tinyrun-sandbox" => (
-            "See EXIT STATUS above.",
-            &[
-                ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
-                ("id=$(tinyrun sandbox launch --lifetime 30m)", "a persistent box, gone after 30 minutes"),
-                ("tinyrun sandbox exec \"$id\" -- pip install --user x", "use it"),
-                ("tinyrun sandbox terminate \"$id\"", "remove it and every trace of it now"),
-                ("tinyrun sandbox pool fill 4 && tinyrun sandbox run --pool --json -- true", "a warm pool"),
-            ],
-        ),
-        "tinyrun-sandbox-shell" => (
-            "The shell's exit status; 125 if tinyrun failed (an unknown box, one past its lifetime).",
-            &[("tinyrun sandbox shell \"$id\"", "an interactive /bin/sh in a launched box, on a terminal")],
-        ),
-        "tinyrun-sandbox-pool-list" | "tinyrun-sandbox-pool-drain" | "tinyrun-sandbox-pool-fill" => (
-            SANDBOX_ZERO_OR_125,
-            &[
-                ("tinyrun sandbox pool fill --type nano --idle-lifetime 5m 8", "keep 8 nano boxes waiting"),
-                ("tinyrun sandbox pool list", "the pool's boxes, idle or in use"),
-                ("tinyrun sandbox pool drain", "empty it"),
-            ],
-        ),
-        _ if name.starts_with("tinyrun-sandbox") => (
-            SANDBOX_ZERO_OR_125,
-            &[
-                ("id=$(tinyrun sandbox launch)", "a persistent box"),
-                ("tinyrun sandbox exec \"$id\" -- pip install --user x", "use it"),
-                ("tinyrun sandbox terminate \"$id\"", "remove it and every trace of it"),
-            ],
-        ),
-        _ => (ZERO_OR_ONE, &[]),
-    };
+    let listed = PAGES.iter().find(|(names, _, _)| names.contains(&name)).map(|&(_, s, e)| (s, e));
+    let (exit_status, examples) =
+        listed.unwrap_or(if name.starts_with("tinyrun-sandbox") { SANDBOX_DEFAULT } else { (ZERO_OR_ONE, &[]) });
     let files = if name.starts_with("tinyrun-sandbox") { SANDBOX_FILES } else { STATE_FILES };
     Extra { exit_status, files, examples }
 }

@@ -5,7 +5,7 @@ use tinyrun_sandbox::{
     self as sandbox, parse_duration, parse_size, CopyIn, ExecRequest, IdRange, Preset, SandboxOptions, SandboxResult,
 };
 
-use crate::args::{ListFormat, SandboxCommand, SandboxFilesArgs, SandboxPoolCommand, SandboxSizeArgs};
+use crate::args::{ListFormat, SandboxCommand, SandboxFilesArgs, SandboxPoolCommand, SandboxRunArgs, SandboxSizeArgs};
 
 pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     let json = match c {
@@ -60,18 +60,7 @@ fn report(res: &SandboxResult, json: bool) -> anyhow::Result<u8> {
 
 fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     match c {
-        SandboxCommand::Run(a) => {
-            let mut opts = options(&a.size)?;
-            files(&mut opts, &a.files)?;
-            opts.report_writes = a.report_writes.clone();
-            opts.output_cap = output_cap(&a.output_cap)?;
-            let res = if a.pool {
-                sandbox::run_pooled(root, &opts, &a.command, a.json)?
-            } else {
-                sandbox::run(root, &opts, &a.command, a.json)?
-            };
-            report(&res, a.json)
-        }
+        SandboxCommand::Run(a) => run_once(root, a),
         SandboxCommand::Launch(a) => {
             let mut opts = options(&a.size)?;
             files(&mut opts, &a.files)?;
@@ -95,21 +84,7 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         }
         SandboxCommand::Shell(a) => Ok(u8::try_from(sandbox::shell(root, &a.id)?).unwrap_or(255)),
         SandboxCommand::Terminate(a) => sandbox::terminate(root, &a.id).map(|_| 0).map_err(Into::into),
-        SandboxCommand::List(a) => {
-            let all = sandbox::list(root)?;
-            let mut out = std::io::stdout().lock();
-            match a.format {
-                ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
-                ListFormat::Table => {
-                    let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
-                    writeln!(out, "{:<w$}   {:<8} {:<8} CREATED", "ID", "PID", "STATUS")?;
-                    for s in all {
-                        writeln!(out, "{:<w$}   {:<8} {:<8} {}", s.id, s.pid, s.status, s.created)?;
-                    }
-                }
-            }
-            Ok(0)
-        }
+        SandboxCommand::List(a) => print_list(&sandbox::list(root)?, a.format).map(|_| 0),
         SandboxCommand::Pool(SandboxPoolCommand::Fill(a)) => {
             let mut opts = options(&a.size)?;
             opts.lifetime = a.idle_lifetime.as_deref().map(|l| duration("--idle-lifetime", l)).transpose()?;
@@ -119,20 +94,7 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
         SandboxCommand::Pool(SandboxPoolCommand::List(a)) => {
-            let all = sandbox::pool_list(root)?;
-            let mut out = std::io::stdout().lock();
-            match a.format {
-                ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
-                ListFormat::Table => {
-                    let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
-                    writeln!(out, "{:<w$}   {:<7} {:<10} CREATED", "ID", "STATE", "EXPIRES")?;
-                    for b in all {
-                        let left = b.expires_in_s.map_or("-".to_string(), |s| format!("{s}s"));
-                        writeln!(out, "{:<w$}   {:<7} {:<10} {}", b.id, b.state, left, b.created)?;
-                    }
-                }
-            }
-            Ok(0)
+            print_pool(&sandbox::pool_list(root)?, a.format).map(|_| 0)
         }
         SandboxCommand::Pool(SandboxPoolCommand::Drain) => {
             for id in sandbox::pool_drain(root)? {
@@ -141,6 +103,50 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
     }
+}
+
+fn run_once(root: &Path, a: &SandboxRunArgs) -> anyhow::Result<u8> {
+    let mut opts = options(&a.size)?;
+    files(&mut opts, &a.files)?;
+    opts.report_writes = a.report_writes.clone();
+    opts.output_cap = output_cap(&a.output_cap)?;
+    let res = if a.pool {
+        sandbox::run_pooled(root, &opts, &a.command, a.json)?
+    } else {
+        sandbox::run(root, &opts, &a.command, a.json)?
+    };
+    report(&res, a.json)
+}
+
+fn print_list(all: &[tinyrun::ContainerState], format: ListFormat) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match format {
+        ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
+        ListFormat::Table => {
+            let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
+            writeln!(out, "{:<w$}   {:<8} {:<8} CREATED", "ID", "PID", "STATUS")?;
+            for s in all {
+                writeln!(out, "{:<w$}   {:<8} {:<8} {}", s.id, s.pid, s.status, s.created)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_pool(all: &[sandbox::PoolBox], format: ListFormat) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match format {
+        ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
+        ListFormat::Table => {
+            let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
+            writeln!(out, "{:<w$}   {:<7} {:<10} CREATED", "ID", "STATE", "EXPIRES")?;
+            for b in all {
+                let left = b.expires_in_s.map_or("-".to_string(), |s| format!("{s}s"));
+                writeln!(out, "{:<w$}   {:<7} {:<10} {}", b.id, b.state, left, b.created)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn output_cap(s: &str) -> anyhow::Result<usize> {

@@ -1,0 +1,253 @@
+//! `tinyrun sandbox`'s command line: its own, not runc's.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::ListFormat;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SandboxCommand {
+    /// run a command in a new sandbox, then remove every trace of it
+    Run(SandboxRunArgs),
+    /// make a persistent sandbox and print its id
+    Launch(SandboxLaunchArgs),
+    /// run a command in a persistent sandbox (its files persist between calls)
+    Exec(SandboxExecArgs),
+    /// an interactive shell in a persistent sandbox
+    Shell(SandboxIdArg),
+    /// remove a persistent sandbox
+    Terminate(SandboxIdArg),
+    /// copy files into or out of a persistent sandbox: cp HOSTPATH ID:/BOXPATH, or cp ID:/BOXPATH HOSTPATH
+    ///
+    /// Box paths are resolved inside the box (a symlink the box planted can't lead to the host); a symlink is
+    /// copied as a symlink, never followed, and copying in replaces whatever the box has at the path. Without
+    /// --image only /work and /tmp can be copied. An existing directory at the destination takes a file under its
+    /// name, or a directory's contents.
+    Cp(SandboxCpArgs),
+    /// list sandboxes
+    List(SandboxListArgs),
+    /// manage the pool of pre-started sandboxes
+    #[command(subcommand)]
+    Pool(SandboxPoolCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SandboxPoolCommand {
+    /// start idle sandboxes until N of these sizes are waiting
+    Fill(Box<SandboxPoolFillArgs>),
+    /// list the pool's sandboxes: idle or in use, their key, and the time an idle one has left
+    List(SandboxListArgs),
+    /// empty the pool: stop refilling it and terminate every idle sandbox (one in use goes when its run ends)
+    Drain,
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SandboxSizeArgs {
+    /// size preset: nano, micro, small, medium or large
+    #[arg(long = "type", value_name = "PRESET")]
+    pub preset: Option<String>,
+    /// memory limit, e.g. 256M or 1G
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPU limit in cores, e.g. 0.5
+    #[arg(long, value_name = "CORES")]
+    pub cpus: Option<f64>,
+    /// most processes at once
+    #[arg(long, value_name = "N")]
+    pub pids: Option<i64>,
+    /// wall-clock limit of a run, e.g. 10s or 500ms; a launched box's lifetime unless --lifetime is given
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// size of the /tmp and /work tmpfs, e.g. 64M
+    #[arg(long, value_name = "SIZE")]
+    pub tmpfs_size: Option<String>,
+    /// use this root filesystem instead of the host's /usr, /bin and /lib
+    #[arg(long, value_name = "DIR", conflicts_with = "bundle")]
+    pub rootfs: Option<PathBuf>,
+    /// use this OCI bundle's root filesystem
+    #[arg(long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
+    /// use an image as the read-only root, with writes going to a tmpfs of --tmpfs-size: a root filesystem
+    /// directory, or an OCI image layout directory (its layers are unpacked once into <root>/sandbox-images)
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["rootfs", "bundle"])]
+    pub image: Option<PathBuf>,
+    /// set an environment variable (repeatable)
+    #[arg(short, long, value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// network: "loopback" (default), "none" (loopback left down), or "egress" (NAT to the host's uplink, with
+    /// 169.254/16, the private ranges and the host itself refused)
+    ///
+    /// "egress" gives the box eth0, a veth to the host with a default route through it; the host masquerades its
+    /// IPv4 traffic to its own uplink. Refused from the box, by rules in the host's namespace: 169.254.0.0/16
+    /// (cloud metadata), 10/8, 172.16/12, 192.168/16, 100.64/10, 0/8, 127/8, 224/4, 240/4, all IPv6 (fc00::/7 and
+    /// fe80::/10 with it), every address of the host itself, and connections into the box. --allow-host narrows
+    /// this further; --dns names the resolver and opens its port 53 only. Needs nft (nftables); turns on
+    /// net.ipv4.ip_forward if it is off. If any part fails to install, the box does not start.
+    #[arg(long, value_name = "MODE", default_value = "loopback")]
+    pub network: String,
+    #[command(flatten)]
+    pub egress: SandboxEgressArgs,
+    /// loosen: keep the root filesystem writable
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub writable_root: bool,
+    /// loosen: run without the seccomp allowlist
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub no_seccomp: bool,
+    /// the cgroup each box's own cgroup is made under (an absolute cgroup path)
+    #[arg(long, value_name = "PATH", default_value = "/tinyrun-sandbox")]
+    pub cgroup_parent: String,
+    /// the pool of host ids each box gets 65536 of its own from: FIRST:COUNT, multiples of 65536, decimal or 0x hex
+    /// (default 1879048192:268304384, i.e. 0x70000000 up to 0x7FFE0000)
+    #[arg(long, value_name = "FIRST:COUNT", env = "TINYRUN_SANDBOX_ID_RANGE")]
+    pub id_range: Option<String>,
+}
+
+/// The options of `--network egress`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SandboxEgressArgs {
+    /// with --network egress: allow only this destination, a host name (resolved once, at set-up) or an IPv4
+    /// address, and only PORT there if given (repeatable)
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub allow_host: Vec<String>,
+    /// with --network egress: the resolver the box's /etc/resolv.conf names; port 53 there is allowed even if the
+    /// address is private or the host's own
+    #[arg(long, value_name = "IP")]
+    pub dns: Option<String>,
+    /// with --network egress: where each box's /30 link comes from, inside 169.254.0.0/16 or 100.64.0.0/10
+    /// (default 169.254.64.0/18)
+    #[arg(long, value_name = "CIDR", env = "TINYRUN_SANDBOX_EGRESS_RANGE")]
+    pub egress_range: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxRunArgs {
+    #[command(flatten)]
+    pub size: SandboxSizeArgs,
+    /// print one JSON object with the outcome, output and usage
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub json: bool,
+    /// most bytes of stdout and of stderr kept with --json
+    #[arg(long, value_name = "SIZE", default_value = "1M")]
+    pub output_cap: String,
+    #[command(flatten)]
+    pub files: SandboxFilesArgs,
+    /// with --json, list the files the command wrote under this box directory (e.g. /work)
+    #[arg(long, value_name = "DIR")]
+    pub report_writes: Option<PathBuf>,
+    /// take a pre-started sandbox from the pool (see `sandbox pool fill`)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub pool: bool,
+    /// the command and its arguments
+    #[arg(required = true, last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SandboxFilesArgs {
+    /// put host file or directory SRC at box path DST before the command runs, owned by the box's user
+    /// (repeatable)
+    #[arg(long, value_name = "SRC:DST")]
+    pub copy_in: Vec<String>,
+    /// the cap on the bytes copied (all --copy-in together, or one cp), e.g. 100M (default 1G)
+    #[arg(long, value_name = "SIZE")]
+    pub copy_limit: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxLaunchArgs {
+    #[command(flatten)]
+    pub size: SandboxSizeArgs,
+    /// how long the box lives: when this has passed it is terminated and every trace of it removed, whether or
+    /// not a tinyrun command is running (default: --timeout, or the preset's)
+    #[arg(long, value_name = "DURATION")]
+    pub lifetime: Option<String>,
+    #[command(flatten)]
+    pub files: SandboxFilesArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxCpArgs {
+    /// the cap on the bytes copied, e.g. 100M (default 1G)
+    #[arg(long, value_name = "SIZE")]
+    pub copy_limit: Option<String>,
+    /// what to copy: a host path, or ID:/PATH in a sandbox
+    pub src: String,
+    /// where to: ID:/PATH in a sandbox, or a host path
+    pub dst: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxExecArgs {
+    /// set an environment variable (repeatable)
+    #[arg(short, long, value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// the command's wall-clock limit, e.g. 10s: then it, and what it started in its session, is killed; the box
+    /// lives on (the box's lifetime applies in any case)
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// print one JSON object with the outcome, output and usage, as `sandbox run --json` does
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub json: bool,
+    /// most bytes of stdout and of stderr kept with --json
+    #[arg(long, value_name = "SIZE", default_value = "1M")]
+    pub output_cap: String,
+    /// the sandbox's id
+    pub id: String,
+    /// the command and its arguments
+    #[arg(required = true, last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxIdArg {
+    /// the sandbox's id
+    pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxListArgs {
+    /// select one of: table or json
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub format: ListFormat,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxPoolFillArgs {
+    #[command(flatten)]
+    pub size: SandboxSizeArgs,
+    /// how long a pooled sandbox may wait unused before it is removed (default 10m)
+    #[arg(long, value_name = "DURATION")]
+    pub idle_lifetime: Option<String>,
+    /// how many idle sandboxes to keep
+    pub count: usize,
+}
+
+/// Whether `argv` is a `tinyrun sandbox ...` command line (whose usage
+/// errors exit 125, as its other failures do).
+pub(crate) fn is_sandbox(argv: &[String]) -> bool {
+    argv.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "sandbox")
+}
+
+/// Whether `argv` is a sandbox command that asked for a `--json` result,
+/// which it must print even when its command line doesn't parse.
+pub(crate) fn wants_json(argv: &[String]) -> bool {
+    is_sandbox(argv) && argv.iter().take_while(|a| *a != "--").any(|a| a == "--json" || a == "--json=true")
+}
+
+/// A line to add to clap's error for a mistake it can't name: a sandbox
+/// command given without the `--` before it.
+pub(crate) fn usage_hint(argv: &[String], e: &clap::Error) -> Option<String> {
+    use clap::error::ErrorKind;
+    if !is_sandbox(argv) || argv.iter().any(|a| a == "--") {
+        return None;
+    }
+    let sub = argv.iter().skip_while(|a| *a != "sandbox").nth(1)?;
+    let usage = match sub.as_str() {
+        "run" => "tinyrun sandbox run [OPTIONS] -- COMMAND [ARG...]",
+        "exec" => "tinyrun sandbox exec [OPTIONS] ID -- COMMAND [ARG...]",
+        _ => return None,
+    };
+    matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument)
+        .then(|| format!("hint: the command goes after --, so its options are not read as ours: {usage}"))
+}
