@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tinyrun_conformance::{kv, pid_alive, require_root, Bundle, Out, Runtime};
+use tinyrun_conformance::{kv, pid_alive, require_root, Bundle, Out, Running, Runtime};
 
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -520,4 +520,47 @@ fn exec_args_after_id_are_the_command() {
     )
     .expect_ok("flag-like arguments");
     assert_eq!(o.stdout, "--cwd /nope -e X=1 -d --help -t -u 5\n", "{o}");
+}
+
+/// `r` must finish within `secs`; a runtime invocation stuck behind a lock fails the test here
+/// instead of at the harness's long timeout.
+#[track_caller]
+fn within(r: Running, secs: u64, what: &str) -> Out {
+    let mut r = r;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while r.child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = r.child.kill();
+            let o = r.wait();
+            panic!("{what} did not finish within {secs} s (blocked?)\n{o}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    r.wait()
+}
+
+/// A process exec'd into a paused container with `--ignore-paused` sits frozen until the
+/// container is thawed; the exec must not keep the container locked meanwhile: `resume` from
+/// another caller goes through (and the exec then finishes), and so does `kill KILL`.
+#[test]
+fn exec_ignore_paused_does_not_lock_out_resume_or_kill() {
+    require_root!();
+    let rt = Runtime::new("execpaused");
+    let (b, _) = sleeper(&rt);
+    rt.run(&["pause", &b.id]).expect_ok("pause");
+    let ex = rt.spawn(&["exec", "--ignore-paused", &b.id, "/bin/probe", "exit", "3"]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(rt.status(&b.id).as_deref() == Some("paused"), "still paused");
+    within(rt.spawn(&["resume", &b.id]), 15, "resume while an exec waits frozen").expect_ok("resume");
+    let o = within(ex, 15, "exec after resume");
+    assert_eq!(o.code(), Some(3), "the exec'd program ran once thawed\n{o}");
+
+    rt.run(&["pause", &b.id]).expect_ok("pause again");
+    let ex = rt.spawn(&["exec", "--ignore-paused", &b.id, "/bin/probe", "sleep", "600"]);
+    std::thread::sleep(Duration::from_millis(500));
+    within(rt.spawn(&["kill", &b.id, "KILL"]), 15, "kill KILL while an exec waits frozen").expect_ok("kill");
+    within(rt.spawn(&["delete", "--force", &b.id]), 30, "delete --force").expect_ok("delete --force");
+    let o = within(ex, 15, "exec of a killed container");
+    assert_ne!(o.code(), Some(0), "{o}");
+    rt.assert_nothing_left(&b.id);
 }

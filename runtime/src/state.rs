@@ -144,6 +144,17 @@ impl StateDir {
         self.dir.join(name)
     }
 
+    /// Lets other commands have the container while this one goes on
+    /// without changing it: a command about to wait on the container's
+    /// processes (which a pause may freeze for as long as it lasts) must
+    /// not keep `resume` or `kill` out meanwhile. `flock`'s unlock acts on
+    /// the open file, so copies of the fd a child inherited let go too.
+    pub(crate) fn unlock(&mut self) {
+        if let Some(l) = self._lock.take() {
+            let _ = l.unlock();
+        }
+    }
+
     /// Removes the directory and everything in it; the lock goes with it.
     pub(crate) fn remove(self) -> Result<()> {
         let result = std::fs::remove_dir_all(&self.dir).or_else(|e| match e.raw_os_error() {

@@ -112,8 +112,10 @@ impl Container {
 
     /// Runs `opts.process` in the container. Detached, returns 0 once the
     /// program runs; otherwise its exit status (128+N for signal N). The
-    /// container's lock is released as soon as the process runs, so `kill`
-    /// and `delete` aren't held up by a long exec.
+    /// container's lock is released once the process is in the container's
+    /// cgroup, before waiting on it: a process exec'd into a paused
+    /// container stays frozen until `resume`, which must get through, as
+    /// must `kill` and `delete`.
     pub fn exec(self, opts: &ExecOptions) -> Result<i32> {
         self.exec_inner(opts).map(|(_, code)| code)
     }
@@ -241,7 +243,7 @@ impl Container {
     }
 
     fn spawn(
-        &self,
+        &mut self,
         cfg: &ExecConfig,
         parent_joins: &[Join],
         opts: &ExecOptions,
@@ -272,6 +274,9 @@ impl Container {
         drop(theirs);
         let outcome = (|| -> Result<()> {
             self.join_exec_cgroup(pid, &opts.cgroups, cgroup)?;
+            // From here on the process's set-up is its own, and may be
+            // frozen: nothing below changes the record.
+            self.lock.unlock();
             ours.send(&Msg::Go)?;
             loop {
                 match ours.recv()? {
