@@ -63,12 +63,19 @@ pub(crate) enum Command {
     /// create a container
     Create(CreateArgs),
     /// executes the user defined process in a created container
+    ///
+    /// The poststart hooks run once the program is executed, before start returns, even when
+    /// the program has already exited. A failing poststart hook is logged as a warning and start
+    /// still succeeds, as the runtime spec says.
     Start(IdArg),
     /// output the state of a container
     State(IdArg),
     /// kill sends the specified signal (default: SIGTERM) to the container's init process
     Kill(KillArgs),
     /// delete any resources held by the container often used with detached containers
+    ///
+    /// The poststop hooks run once everything is removed. A failing poststop hook is logged as a
+    /// warning and delete still succeeds, as the runtime spec says.
     Delete(DeleteArgs),
     /// create and run a container
     Run(RunArgs),

@@ -88,6 +88,16 @@ pub(crate) fn run_all(spec: &oci_spec::runtime::Spec, kind: Kind, state_json: &[
     each(spec, kind, state_json).map_err(|f| RuntimeError::Hook(f.to_string()))
 }
 
+/// Runs every hook of `kind` in order, each failure a warning that stops
+/// none of the rest: the spec's rule for poststart and poststop.
+pub(crate) fn run_all_warn(spec: &oci_spec::runtime::Spec, kind: Kind, state_json: &[u8]) {
+    for (index, hook) in list(spec, kind).iter().enumerate() {
+        if let Err(why) = run(hook, state_json) {
+            crate::warn::warn(&Failure { kind, index, path: hook.path().clone(), why }.to_string());
+        }
+    }
+}
+
 /// [`run_all`] from a container's init (createContainer, startContainer).
 pub(crate) fn run_all_in_container(
     spec: &oci_spec::runtime::Spec,

@@ -114,18 +114,23 @@ impl Host for CreateHost<'_> {
         Ok(self.cgroup.join(pid, self.resources, self.devices)?)
     }
 
+    /// prestart hooks read the status `created` (crun, and the spec's
+    /// validation suite, expect it; prestart is the old name of a hook
+    /// that runs once the container is made), createRuntime `creating`.
     fn runtime_hooks(&mut self, pid: Pid) -> Result<()> {
-        let st = hooks::State {
-            oci_version: self.bundle.spec.version(),
-            id: self.id,
-            status: "creating",
-            pid: pid.as_raw(),
-            bundle: &self.bundle.dir,
-            annotations: self.bundle.spec.annotations().as_ref(),
-        }
-        .to_json();
-        hooks::run_all(&self.bundle.spec, Kind::Prestart, &st)?;
-        hooks::run_all(&self.bundle.spec, Kind::CreateRuntime, &st)
+        let state = |status| {
+            hooks::State {
+                oci_version: self.bundle.spec.version(),
+                id: self.id,
+                status,
+                pid: pid.as_raw(),
+                bundle: &self.bundle.dir,
+                annotations: self.bundle.spec.annotations().as_ref(),
+            }
+            .to_json()
+        };
+        hooks::run_all(&self.bundle.spec, Kind::Prestart, &state("created"))?;
+        hooks::run_all(&self.bundle.spec, Kind::CreateRuntime, &state("creating"))
     }
 }
 

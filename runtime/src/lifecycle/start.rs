@@ -40,12 +40,11 @@ impl Container {
                 .unwrap_or_else(|_| InitError::msg(String::from_utf8_lossy(&reply).into_owned()));
             return Err(RuntimeError::Init(err));
         }
+        // The spec: a failing poststart hook is logged as a warning and
+        // the rest of the lifecycle goes on, as if it had succeeded.
         let spec = self.config()?;
         let st = self.hook_state("running");
-        if let Err(e) = hooks::run_all(&spec, Kind::Poststart, &st) {
-            let _ = self.signal(nix::sys::signal::Signal::SIGKILL as i32, true);
-            return Err(e);
-        }
+        hooks::run_all_warn(&spec, Kind::Poststart, &st);
         Ok(())
     }
 
