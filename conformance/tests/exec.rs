@@ -564,3 +564,17 @@ fn exec_ignore_paused_does_not_lock_out_resume_or_kill() {
     assert_ne!(o.code(), Some(0), "{o}");
     rt.assert_nothing_left(&b.id);
 }
+
+/// `exec --env NAME=VALUE` overrides a `NAME` already in the config's env, as with runc: the
+/// program (run directly, no shell to tidy its environment) sees one `TERM`, the command line's.
+#[test]
+fn exec_env_overrides_the_configs() {
+    require_root!();
+    let rt = Runtime::new("execenv");
+    let (b, _) = sleeper(&rt);
+    let o = exec(&rt, &["-e", "TERM=dumb", "-e", "NEW=1"], &b.id, &["/bin/probe", "env"]).expect_ok("exec");
+    let terms: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("TERM=")).collect();
+    assert_eq!(terms, ["TERM=dumb"], "the command line wins\n{o}");
+    assert!(o.stdout.lines().any(|l| l == "NEW=1"), "{o}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("PATH=/")), "the config's other variables stay\n{o}");
+}

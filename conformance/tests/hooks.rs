@@ -294,3 +294,26 @@ fn poststart_runs_when_the_program_has_already_exited() {
     rt.run(&["delete", &b.id]).expect_ok("delete");
     rt.assert_nothing_left(&b.id);
 }
+
+/// A startContainer hook without an `env` of its own runs with the container process's
+/// environment, as under runc (its init sets the process's environment before running it); one
+/// with an `env` gets only that.
+#[test]
+fn startcontainer_hook_without_env_sees_the_process_env() {
+    require_root!();
+    let rt = Runtime::new("hookenv");
+    let logdir = rt.tempdir();
+    let b = rt.bundle(&["/bin/probe", "exit", "0"]);
+    b.add_mount(json!({"destination": "/var", "type": "bind", "source": logdir, "options": ["rbind", "rw"]}));
+    b.config_mut(|c| {
+        c["process"]["env"].as_array_mut().unwrap().push("MARK=from-the-process".into());
+        c["hooks"] = json!({"startContainer": [
+            {"path": "/bin/sh", "args": ["sh", "-c", "echo \"inherited:$MARK\" >> /var/env.log"]},
+            {"path": "/bin/sh", "args": ["sh", "-c", "echo \"own:$MARK\" >> /var/env.log"], "env": ["OTHER=1"]},
+        ]});
+    });
+    rt.run_bundle(&b).expect_ok("run");
+    let text = std::fs::read_to_string(logdir.join("env.log")).unwrap_or_default();
+    assert_eq!(text, "inherited:from-the-process\nown:\n");
+    rt.assert_nothing_left(&b.id);
+}

@@ -70,6 +70,13 @@ pub(crate) struct Program {
     env: Vec<CString>,
 }
 
+impl Program {
+    /// The environment the program will have.
+    pub(crate) fn env(&self) -> &[CString] {
+        &self.env
+    }
+}
+
 /// First thing in every container process: take the stdio it was given,
 /// and leave the caller's session, so nothing in the container ever holds
 /// the caller's terminal as its controlling tty (TIOCSTI would type into

@@ -192,7 +192,7 @@ fn run_create_hooks(cfg: &InitConfig, chan: &Channel) -> Result<i32, InitError> 
         Some(other) => return Err(sync::unexpected(&other, Some(&Msg::HooksDone(0)))),
         None => return Err(InitError::other("sync with the runtime", "it went away while running hooks")),
     };
-    hooks::run_all_in_container(cfg.spec, Kind::CreateContainer, &hook_state(cfg, host_pid, "created"))?;
+    hooks::run_all_in_container(cfg.spec, Kind::CreateContainer, &hook_state(cfg, host_pid, "created"), None)?;
     Ok(host_pid)
 }
 
@@ -302,7 +302,8 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &finalize::
         let _ = nix::unistd::write(&conn, &serde_json::to_vec(&e).unwrap_or_default());
         sys::exit_child(127)
     };
-    if let Err(e) = hooks::run_all_in_container(cfg.spec, Kind::StartContainer, &hook_state(cfg, host_pid, "created")) {
+    let st = hook_state(cfg, host_pid, "created");
+    if let Err(e) = hooks::run_all_in_container(cfg.spec, Kind::StartContainer, &st, Some(program.env())) {
         return fail(e);
     }
     fail(finalize::exec(&cfg.process, program))
