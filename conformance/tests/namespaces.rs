@@ -174,6 +174,37 @@ fn hostname_without_uts_namespace_fails() {
     rt.assert_nothing_left(&b.id);
 }
 
+/// A hostname with a UTS namespace joined by path is allowed, as runc allows it, and is set in
+/// the joined namespace: another process joining it sees the name; the host's stays.
+#[test]
+fn hostname_in_a_joined_uts_namespace() {
+    require_root!();
+    let rt = Runtime::new("utsjoin");
+    let before = nix::unistd::gethostname().unwrap();
+    let nsfile = rt.tempdir().join("uts");
+    std::fs::write(&nsfile, "").unwrap();
+    rt.track_mount(&nsfile);
+    let st = std::process::Command::new("unshare").arg(format!("--uts={}", nsfile.display())).arg("true").status();
+    assert!(st.expect("unshare").success(), "unshare --uts=FILE failed");
+    let b = rt.bundle(&["/bin/probe", "hostname"]);
+    b.config_mut(|c| {
+        let nss = c["linux"]["namespaces"].as_array_mut().unwrap();
+        nss.retain(|n| n["type"] != "uts");
+        nss.push(json!({"type": "uts", "path": nsfile}));
+        c["hostname"] = "ct-joined-uts".into();
+    });
+    let o = rt.run_bundle(&b).expect_ok("run with a hostname in a joined UTS namespace");
+    assert_eq!(o.kv()["hostname"], "ct-joined-uts", "{o}");
+    let seen = std::process::Command::new("nsenter")
+        .arg(format!("--uts={}", nsfile.display()))
+        .arg("hostname")
+        .output()
+        .expect("nsenter");
+    assert_eq!(String::from_utf8_lossy(&seen.stdout).trim(), "ct-joined-uts", "set in the joined namespace");
+    assert_eq!(nix::unistd::gethostname().unwrap(), before, "host hostname changed!");
+    rt.assert_nothing_left(&b.id);
+}
+
 /// Time namespace with offsets (runtime-spec 1.2). runc 1.1.5 predates it.
 #[test]
 fn time_namespace_offsets() {

@@ -120,14 +120,16 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     wait_for_start_and_exec(cfg, host_pid, &program)
 }
 
-/// Step 3: loopback, hostname and domainname in new namespaces, a session
+/// Step 3: loopback in a new network namespace, hostname and domainname in
+/// the container's UTS namespace (new or joined), a session
 /// keyring of our own, `oomScoreAdj`; then umask 0 for what init makes.
 fn set_up_namespaces(cfg: &InitConfig) -> Step {
     let plan = cfg.plan;
     if plan.is_new(LinuxNamespaceType::Network) && cfg.loopback {
         sys::loopback_up()?;
     }
-    if plan.is_new(LinuxNamespaceType::Uts) {
+    // A UTS namespace joined by path gets the names too, as under runc.
+    if plan.is_new(LinuxNamespaceType::Uts) || plan.joins.iter().any(|j| j.typ == LinuxNamespaceType::Uts) {
         if let Some(h) = cfg.spec.hostname().as_deref() {
             nix::unistd::sethostname(h).map_err(|e| InitError::value("sethostname", format_args!("{h:?}"), e))?;
         }

@@ -88,11 +88,13 @@ fn check_namespaces(spec: &Spec) -> Result<()> {
     if maps && !new_user {
         return Err(invalid("linux.uidMappings/gidMappings are set but no new user namespace is asked for"));
     }
-    let private_uts = nss.iter().any(|n| n.typ() == LinuxNamespaceType::Uts && n.path().is_none());
-    if !private_uts && spec.hostname().as_ref().is_some_and(|h| !h.is_empty()) {
+    // As runc: a UTS namespace of the container's, new or joined by path
+    // (the names are then set in the joined one); never the runtime's own.
+    let own_uts = nss.iter().any(|n| n.typ() == LinuxNamespaceType::Uts);
+    if !own_uts && spec.hostname().as_ref().is_some_and(|h| !h.is_empty()) {
         return Err(invalid("hostname: can't set a hostname without a private UTS namespace"));
     }
-    if !private_uts && spec.domainname().as_ref().is_some_and(|h| !h.is_empty()) {
+    if !own_uts && spec.domainname().as_ref().is_some_and(|h| !h.is_empty()) {
         return Err(invalid("domainname: can't set a domainname without a private UTS namespace"));
     }
     let has_time = nss.iter().any(|n| n.typ() == LinuxNamespaceType::Time);
