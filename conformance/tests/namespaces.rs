@@ -205,6 +205,36 @@ fn hostname_in_a_joined_uts_namespace() {
     rt.assert_nothing_left(&b.id);
 }
 
+/// A config without a mount namespace is accepted, as runc accepts it: the container shares the
+/// runtime's mount namespace and runs chrooted in its rootfs, its mounts are made there (below
+/// the rootfs, nowhere else), an exec'd process gets the same root, and `delete` takes every
+/// mount away.
+#[test]
+fn no_mount_namespace() {
+    require_root!();
+    let rt = Runtime::new("nomntns");
+    let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
+    let rootfs = std::fs::canonicalize(b.writable_rootfs()).unwrap();
+    b.without_ns("mount");
+    let host_mounts_before = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
+    rt.create(&b).expect_ok("create without a mount namespace");
+    rt.run(&["start", &b.id]).expect_ok("start");
+    let pid = rt.wait_status(&b.id, "running")["pid"].as_i64().unwrap();
+    let mnt = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
+    assert_eq!(mnt.to_string_lossy(), own_ns("mnt"), "the runtime's mount namespace is shared");
+    let root = std::fs::read_link(format!("/proc/{pid}/root")).unwrap();
+    assert_eq!(root, rootfs, "the container runs in its rootfs");
+    let under = tinyrun_conformance::mounts_under(&rootfs);
+    assert!(under.iter().any(|m| m.ends_with("proc")), "its mounts are below its rootfs: {under:?}");
+    let o = rt.run(&["exec", &b.id, "/bin/probe", "cwd"]).expect_ok("exec gets the container's root");
+    assert_eq!(o.kv()["cwd"], "/", "{o}");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    assert_eq!(tinyrun_conformance::mounts_under(&rootfs), Vec::<std::path::PathBuf>::new(), "mounts left");
+    let host_mounts_after = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
+    assert!(host_mounts_after <= host_mounts_before, "{host_mounts_before} -> {host_mounts_after} host mounts");
+    rt.assert_nothing_left(&b.id);
+}
+
 /// Time namespace with offsets (runtime-spec 1.2). runc 1.1.5 predates it.
 #[test]
 fn time_namespace_offsets() {

@@ -6,7 +6,7 @@
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
 use oci_spec::runtime::{LinuxDevice, LinuxNamespaceType, LinuxResources};
@@ -143,11 +143,9 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let config = serde_json::to_vec(spec).map_err(|e| RuntimeError::InvalidSpec(format!("encode config: {e}")))?;
     write_atomic(&lock.path(CONFIG_FILE), &config, 0o600)?;
     let plan = Plan::new(spec)?;
-    if !plan.is_new(LinuxNamespaceType::Mount) && !plan.joins.iter().any(|j| j.typ == LinuxNamespaceType::Mount) {
-        return Err(RuntimeError::InvalidSpec(
-            "linux.namespaces: a mount namespace is required (mounts must not reach the host)".into(),
-        ));
-    }
+    // No mount namespace (runc accepts that): init mounts in the host's,
+    // under a bind of the rootfs, which is undone by `delete` or below.
+    let host_root = HostRoot::before(&plan, &bundle.rootfs);
     let listener = bind_start_socket(lock)?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
     cfg.process.console = console;
@@ -157,15 +155,22 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let devices = linux.and_then(|l| l.devices().clone()).unwrap_or_default();
     let cgroups_path = linux.and_then(|l| l.cgroups_path().as_ref()).map(|p| p.to_string_lossy().into_owned());
     let cgroup = Cgroup::for_create(cgroups_path.as_deref(), id, opts.systemd_cgroup, Some(&resources))?;
-    // A failed create leaves no cgroup behind (init is already dead then).
-    let undo_cgroup = |e: RuntimeError| match cgroup.destroy() {
-        Ok(()) => e,
-        Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
+    // A failed create leaves no cgroup (init is already dead then), and no
+    // mount on the host, behind.
+    let undo_cgroup = |e: RuntimeError| {
+        if let Some(h) = &host_root {
+            h.undo();
+        }
+        match cgroup.destroy() {
+            Ok(()) => e,
+            Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
+        }
     };
     let clone_into = self_join(&cgroup, &resources, &devices, &mut cfg).map_err(undo_cgroup)?;
     let mut host = CreateHost { id, bundle, cgroup: &cgroup, resources: &resources, devices: &devices, clone_into };
     let launched = launch::launch(&cfg, &mut host).map_err(undo_cgroup)?;
-    match record(lock, &cfg, opts, &cgroup, launched.pid, created) {
+    let host_root_mount = host_root.as_ref().and_then(HostRoot::made);
+    match record(lock, &cfg, opts, &cgroup, launched.pid, created, host_root_mount) {
         Ok(rec) => {
             launched.commit().map_err(undo_cgroup)?;
             Ok(rec)
@@ -176,6 +181,36 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
                 let _ = std::fs::remove_file(p);
             }
             Err(undo_cgroup(e))
+        }
+    }
+}
+
+/// The rootfs of a container without a mount namespace of its own, as the
+/// host's mount table had it before init ran.
+struct HostRoot {
+    path: PathBuf,
+    before: Option<u64>,
+}
+
+impl HostRoot {
+    fn before(plan: &Plan, rootfs: &Path) -> Option<HostRoot> {
+        if plan.own_mount_ns() {
+            return None;
+        }
+        let path = std::fs::canonicalize(rootfs).unwrap_or_else(|_| rootfs.to_path_buf());
+        let before = crate::rootfs::top_mount_id(&path);
+        Some(HostRoot { path, before })
+    }
+
+    /// The bind init made at the rootfs, if it made one.
+    fn made(&self) -> Option<(PathBuf, u64)> {
+        let now = crate::rootfs::top_mount_id(&self.path)?;
+        (Some(now) != self.before).then(|| (self.path.clone(), now))
+    }
+
+    fn undo(&self) {
+        if let Some((path, id)) = self.made() {
+            let _ = crate::rootfs::detach_host_root(&path, id);
         }
     }
 }
@@ -209,6 +244,7 @@ fn record(
     cgroup: &Cgroup,
     pid: Pid,
     created: String,
+    host_root_mount: Option<(PathBuf, u64)>,
 ) -> Result<Record> {
     let start_time = proc_start_time(pid.as_raw())
         .map(|(t, _)| t)
@@ -226,6 +262,7 @@ fn record(
         cgroup_path: Some(cgroup.recorded().to_string()),
         init_exe: crate::state::proc_exe(pid.as_raw()),
         ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, cfg.plan.other_user_ns()),
+        host_root_mount,
     };
     lock.save(&rec)?;
     if let Some(p) = &opts.pid_file {

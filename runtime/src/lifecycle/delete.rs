@@ -64,6 +64,9 @@ impl Container {
         if let Some(cg) = self.cgroup()? {
             cg.destroy()?;
         }
+        if let Some((rootfs, id)) = &self.rec.host_root_mount {
+            crate::rootfs::detach_host_root(rootfs, *id)?;
+        }
         self.lock.remove()?;
         if let Some(spec) = spec {
             hooks::run_all_warn(&spec, Kind::Poststop, &st);

@@ -148,7 +148,16 @@ impl Container {
             process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
         }
         process.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
-        let mut cfg = ExecConfig { joins, stdio: opts.stdio, cgroup_tasks: Vec::new(), cgroup_unified: None, process };
+        // No mount namespace to join: the process goes into init's root.
+        let root = match self.rec.host_root_mount {
+            Some(_) => Some(sys::fs::open_path(
+                Path::new(&format!("/proc/{}/root", self.rec.pid)),
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+            )?),
+            None => None,
+        };
+        let mut cfg =
+            ExecConfig { joins, stdio: opts.stdio, cgroup_tasks: Vec::new(), cgroup_unified: None, process, root };
         let cgroup = self.cgroup()?;
         let clone_into = self.self_join(cgroup.as_ref(), &mut cfg);
 

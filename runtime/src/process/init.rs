@@ -107,7 +107,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     rootfs::apply_sysctl(&root, cfg.spec)?;
     rootfs::protect_paths(&rootfs::Real, &root, cfg.spec)?;
     root.mkdir_all(&cfg.process.cwd, 0o755).map_err(|e| InitError::from(e).field("process.cwd"))?;
-    rootfs::enter(&rootfs::Real, root, cfg.spec, cfg.no_pivot)?;
+    rootfs::enter(&rootfs::Real, root, cfg.spec, cfg.no_pivot, cfg.plan.own_mount_ns())?;
     // 7. The path every container process shares with `exec`.
     let program = finalize::prepare(&cfg.process, chan, true)?;
     // 8. Ready; outlive the runtime once it has recorded us; wait for start.
@@ -166,6 +166,7 @@ fn build_rootfs(cfg: &InitConfig, chan: &Channel) -> Result<Root, InitError> {
         cgroup_ns: plan.is_new(LinuxNamespaceType::Cgroup),
         cgroup_hierarchies: &cfg.cgroup_hierarchies,
         kernel: &rootfs::Real,
+        own_mount_ns: plan.own_mount_ns(),
     };
     let mut joined = false;
     let mut in_cgroup = || -> Step {
