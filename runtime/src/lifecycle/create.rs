@@ -299,6 +299,8 @@ fn init_config<'a>(
         p.env.push("LISTEN_PID=1".into());
     }
     p.seccomp = crate::seccomp::Filter::from_spec(spec)?;
+    p.personality = crate::personality::from_spec(spec);
+    p.mempolicy = crate::mempolicy::from_spec(spec)?;
     let wants_hooks = [Kind::Prestart, Kind::CreateRuntime, Kind::CreateContainer, Kind::StartContainer]
         .iter()
         .any(|k| !hooks::list(spec, *k).is_empty());

@@ -148,6 +148,8 @@ impl Container {
             process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
         }
         process.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
+        process.personality = crate::personality::from_spec(&spec);
+        process.mempolicy = crate::mempolicy::from_spec(&spec)?;
         // No mount namespace to join: the process goes into init's root.
         let root = match self.rec.host_root_mount {
             Some(_) => Some(sys::fs::open_path(

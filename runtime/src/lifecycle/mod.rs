@@ -175,6 +175,8 @@ pub(crate) fn process_config(p: &Process, preserved_fds: u32) -> Result<ProcessC
         seccomp: None,
         apparmor: p.apparmor_profile().clone().filter(|s| !s.is_empty()),
         selinux: p.selinux_label().clone().filter(|s| !s.is_empty()),
+        personality: None,
+        mempolicy: None,
     })
 }
 

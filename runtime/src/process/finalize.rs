@@ -61,6 +61,10 @@ pub(crate) struct ProcessConfig {
     pub apparmor: Option<String>,
     /// `process.selinuxLabel`, when set.
     pub selinux: Option<String>,
+    /// `linux.personality`, as the persona to set.
+    pub personality: Option<libc::c_ulong>,
+    /// `linux.memoryPolicy`, ready for set_mempolicy(2).
+    pub mempolicy: Option<crate::mempolicy::MemPolicy>,
 }
 
 /// What [`exec`] runs: resolved by [`prepare`] while the container's
@@ -139,6 +143,13 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
         }
     }
     crate::rlimits::apply(&p.rlimits)?;
+    // Before seccomp, which may deny both calls.
+    if let Some(persona) = p.personality {
+        crate::personality::apply(persona)?;
+    }
+    if let Some(m) = &p.mempolicy {
+        m.apply()?;
+    }
     // chdir before dropping privileges (the directory may be closed to the
     // user), and check afterwards that it is inside the new root.
     nix::unistd::chdir(&p.cwd).map_err(|e| InitError::path("chdir", &p.cwd, e).field("process.cwd"))?;

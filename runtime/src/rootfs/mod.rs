@@ -192,14 +192,12 @@ pub(crate) fn top_mount_id(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let want = path.as_os_str().as_bytes();
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines()
-        .filter_map(|l| {
-            let mut f = l.split(' ');
-            let id = f.next()?.parse().ok()?;
-            let point = f.nth(3)?;
-            (unescape_mountinfo(point.as_bytes()) == want).then_some(id)
-        })
-        .last()
+    info.lines().rev().find_map(|l| {
+        let mut f = l.split(' ');
+        let id = f.next()?.parse().ok()?;
+        let point = f.nth(3)?;
+        (unescape_mountinfo(point.as_bytes()) == want).then_some(id)
+    })
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.

@@ -21,6 +21,7 @@ pub(crate) fn validate(spec: &Spec) -> Result<()> {
     check_resources(spec)?;
     check_security(spec)?;
     check_unsupported(spec)?;
+    crate::mempolicy::from_spec(spec)?;
     Ok(())
 }
 
@@ -227,12 +228,6 @@ fn check_unsupported(spec: &Spec) -> Result<()> {
         if l.intel_rdt().is_some() {
             return unsupported("linux.intelRdt");
         }
-        if l.personality().is_some() {
-            return unsupported("linux.personality");
-        }
-        if l.memory_policy().is_some() {
-            return unsupported("linux.memoryPolicy");
-        }
         if l.net_devices().as_ref().is_some_and(|d| !d.is_empty()) {
             return unsupported("linux.netDevices");
         }
@@ -315,8 +310,14 @@ mod tests {
 
     #[test]
     fn unimplemented_fields_are_named() {
-        let e = err(serde_json::json!({"linux": {"personality": {"domain": "LINUX32"}}}));
-        assert!(e.contains("linux.personality"), "{e}");
+        let e = err(serde_json::json!({"linux": {"netDevices": {"eth1": {"name": "ctr1"}}}}));
+        assert!(e.contains("linux.netDevices"), "{e}");
+        // Implemented now: accepted, or refused only for a value runc refuses too.
+        validate(&spec(serde_json::json!({"linux": {"personality": {"domain": "LINUX32"}}}))).unwrap();
+        let e = err(serde_json::json!({"linux": {"memoryPolicy": {"mode": "MPOL_BIND"}}}));
+        assert!(e.contains("linux.memoryPolicy") && e.contains("at least one node"), "{e}");
+        let e = err(serde_json::json!({"process": {"ioPriority": {"class": "IOPRIO_CLASS_BE", "priority": 9}}}));
+        assert!(e.contains("process.ioPriority"), "{e}");
         let e = err(
             serde_json::json!({"mounts": [{"destination": "/x", "type": "bind", "source": "/tmp", "options": ["idmap"]}]}),
         );

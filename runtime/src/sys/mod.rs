@@ -458,3 +458,30 @@ pub(crate) fn loopback_up() -> Result<(), SysError> {
     }
     Ok(())
 }
+
+/// personality(2): sets the execution domain (and its flag bits) of this
+/// process, which its program inherits.
+pub(crate) fn set_personality(persona: libc::c_ulong) -> Result<(), Errno> {
+    // SAFETY: personality takes a plain integer and touches no memory of ours.
+    let r = unsafe { libc::personality(persona) };
+    if r == -1 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// set_mempolicy(2) with `mode` (flags or'ed in) over the nodes set in
+/// `mask`. Nothing is allocated: the mask is built by the runtime.
+pub(crate) fn set_mempolicy(mode: i32, mask: &[libc::c_ulong]) -> Result<(), Errno> {
+    // The kernel reads `maxnode - 1` bits (it decrements it first), so one
+    // more than the mask holds makes it read exactly the mask.
+    let bits = mask.len() * libc::c_ulong::BITS as usize;
+    let (ptr, maxnode) = if mask.is_empty() { (std::ptr::null(), 0) } else { (mask.as_ptr(), bits + 1) };
+    // SAFETY: the kernel reads (maxnode - 1) bits from `ptr`, which is
+    // `mask`'s buffer of exactly that many bits (or null with 0 bits).
+    let r = unsafe { libc::syscall(libc::SYS_set_mempolicy, mode, ptr, maxnode as libc::c_ulong) };
+    if r == -1 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
