@@ -281,3 +281,30 @@ fn memory_policy() {
     assert!(o.stderr.contains("linux.memoryPolicy"), "{o}");
     rt.assert_nothing_left(&b.id);
 }
+
+/// `process.scheduler` (sched_setattr(2)) and `process.ioPriority` (ioprio_set(2)) are applied
+/// to the container's process, seen from the host: policy and nice in /proc/<pid>/stat, the I/O
+/// class with `ionice -p`. A value runc's checks refuse fails create naming the field.
+#[test]
+fn scheduler_and_io_priority() {
+    require_root!();
+    let rt = Runtime::new("sched");
+    let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
+    b.config_mut(|c| {
+        c["process"]["scheduler"] = json!({"policy": "SCHED_BATCH", "nice": 7});
+        c["process"]["ioPriority"] = json!({"class": "IOPRIO_CLASS_IDLE", "priority": 0});
+    });
+    rt.create(&b).expect_ok("create with a scheduler and an I/O priority");
+    let pid = rt.state(&b.id).unwrap()["pid"].as_i64().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    // After the command: field 3 is [0]; nice is field 19, policy field 41.
+    assert_eq!((fields[16], fields[38]), ("7", "3"), "nice 7, SCHED_BATCH: {stat}");
+    let io = std::process::Command::new("ionice").args(["-p", &pid.to_string()]).output().expect("ionice");
+    assert_eq!(String::from_utf8_lossy(&io.stdout).trim(), "idle", "{io:?}");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    b.config_mut(|c| c["process"]["scheduler"] = json!({"policy": "SCHED_OTHER", "nice": 42}));
+    let o = rt.create(&b).expect_err("nice out of range");
+    assert!(o.stderr.contains("process.scheduler"), "{o}");
+    rt.assert_nothing_left(&b.id);
+}

@@ -21,6 +21,7 @@ mod personality;
 mod process;
 mod rlimits;
 mod rootfs;
+mod sched;
 mod seccomp;
 pub mod spec;
 mod state;

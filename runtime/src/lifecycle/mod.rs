@@ -177,6 +177,8 @@ pub(crate) fn process_config(p: &Process, preserved_fds: u32) -> Result<ProcessC
         selinux: p.selinux_label().clone().filter(|s| !s.is_empty()),
         personality: None,
         mempolicy: None,
+        scheduler: crate::sched::scheduler(p)?,
+        io_priority: crate::sched::io_priority(p)?,
     })
 }
 

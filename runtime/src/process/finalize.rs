@@ -65,6 +65,10 @@ pub(crate) struct ProcessConfig {
     pub personality: Option<libc::c_ulong>,
     /// `linux.memoryPolicy`, ready for set_mempolicy(2).
     pub mempolicy: Option<crate::mempolicy::MemPolicy>,
+    /// `process.scheduler`, ready for sched_setattr(2).
+    pub scheduler: Option<crate::sys::SchedAttr>,
+    /// `process.ioPriority`, ready for ioprio_set(2).
+    pub io_priority: Option<i32>,
 }
 
 /// What [`exec`] runs: resolved by [`prepare`] while the container's
@@ -150,6 +154,7 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
     if let Some(m) = &p.mempolicy {
         m.apply()?;
     }
+    crate::sched::apply(p.scheduler.as_ref(), p.io_priority)?;
     // chdir before dropping privileges (the directory may be closed to the
     // user), and check afterwards that it is inside the new root.
     nix::unistd::chdir(&p.cwd).map_err(|e| InitError::path("chdir", &p.cwd, e).field("process.cwd"))?;

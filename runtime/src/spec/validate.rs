@@ -211,12 +211,8 @@ fn check_security(spec: &Spec) -> Result<()> {
 fn check_unsupported(spec: &Spec) -> Result<()> {
     let unsupported = |field: &str| Err(RuntimeError::unsupported(field, "not implemented by tinyrun"));
     if let Some(p) = spec.process() {
-        if p.scheduler().is_some() {
-            return unsupported("process.scheduler");
-        }
-        if p.io_priority().is_some() {
-            return unsupported("process.ioPriority");
-        }
+        crate::sched::scheduler(p)?;
+        crate::sched::io_priority(p)?;
         if p.exec_cpu_affinity().is_some() {
             return unsupported("process.execCPUAffinity");
         }

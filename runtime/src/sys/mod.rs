@@ -485,3 +485,41 @@ pub(crate) fn set_mempolicy(mode: i32, mask: &[libc::c_ulong]) -> Result<(), Err
     }
     Ok(())
 }
+
+/// `struct sched_attr` (SCHED_ATTR_SIZE_VER1), as sched_setattr(2) reads it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SchedAttr {
+    pub size: u32,
+    pub policy: u32,
+    pub flags: u64,
+    pub nice: i32,
+    pub priority: u32,
+    pub runtime: u64,
+    pub deadline: u64,
+    pub period: u64,
+    pub util_min: u32,
+    pub util_max: u32,
+}
+
+/// sched_setattr(2) on the calling thread (a single-threaded process).
+pub(crate) fn sched_setattr(attr: &SchedAttr) -> Result<(), Errno> {
+    // SAFETY: `attr` is a live, properly laid out sched_attr whose `size`
+    // says how much of it the kernel may read; it writes nothing.
+    let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, std::ptr::from_ref(attr), 0) };
+    if r == -1 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// ioprio_set(2) for the calling process (IOPRIO_WHO_PROCESS, 0).
+pub(crate) fn ioprio_set(ioprio: i32) -> Result<(), Errno> {
+    const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+    // SAFETY: integers only; no memory is passed.
+    let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, ioprio) };
+    if r == -1 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
