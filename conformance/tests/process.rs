@@ -308,3 +308,18 @@ fn scheduler_and_io_priority() {
     assert!(o.stderr.contains("process.scheduler"), "{o}");
     rt.assert_nothing_left(&b.id);
 }
+
+/// `process.commandLine` is a Windows field: on Linux it is ignored with a warning (runc ignores
+/// it), and `process.args` runs.
+#[test]
+fn command_line_is_ignored_with_a_warning() {
+    require_root!();
+    let rt = Runtime::new("cmdline");
+    let b = rt.bundle(&["/bin/probe", "exit", "0"]);
+    b.config_mut(|c| c["process"]["commandLine"] = "C:\\\\windows\\\\notepad.exe".into());
+    let o = rt.run_bundle(&b).expect_ok("run with process.commandLine");
+    if !rt.is_runc() {
+        assert!(o.stderr.contains("warning") && o.stderr.contains("process.commandLine"), "{o}");
+    }
+    rt.assert_nothing_left(&b.id);
+}

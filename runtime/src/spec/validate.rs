@@ -206,8 +206,10 @@ fn check_security(spec: &Spec) -> Result<()> {
     crate::lsm::check(spec)
 }
 
-/// Fields that parse but that this build does not implement. Silently
-/// ignoring any of them would weaken the box the caller asked for.
+/// Fields that parse but that this build does not implement (runc 1.1
+/// ignores all three; later runc versions implement them). Silently
+/// ignoring any of them would weaken or change the container the caller
+/// asked for, so they are refused by name.
 fn check_unsupported(spec: &Spec) -> Result<()> {
     let unsupported = |field: &str| Err(RuntimeError::unsupported(field, "not implemented by tinyrun"));
     if let Some(p) = spec.process() {
@@ -215,9 +217,6 @@ fn check_unsupported(spec: &Spec) -> Result<()> {
         crate::sched::io_priority(p)?;
         if p.exec_cpu_affinity().is_some() {
             return unsupported("process.execCPUAffinity");
-        }
-        if p.command_line().is_some() {
-            return unsupported("process.commandLine");
         }
     }
     if let Some(l) = spec.linux() {
