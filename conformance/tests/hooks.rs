@@ -295,11 +295,11 @@ fn poststart_runs_when_the_program_has_already_exited() {
     rt.assert_nothing_left(&b.id);
 }
 
-/// A startContainer hook without an `env` of its own runs with the container process's
-/// environment, as under runc (its init sets the process's environment before running it); one
-/// with an `env` gets only that.
+/// A startContainer or createContainer hook without an `env` of its own runs with the container
+/// process's environment, as under runc (its init loads the process's environment before running
+/// them); a prestart hook without one gets the runtime's; one with an `env` gets only that.
 #[test]
-fn startcontainer_hook_without_env_sees_the_process_env() {
+fn hooks_without_env_inherit_as_under_runc() {
     require_root!();
     let rt = Runtime::new("hookenv");
     let logdir = rt.tempdir();
@@ -307,13 +307,23 @@ fn startcontainer_hook_without_env_sees_the_process_env() {
     b.add_mount(json!({"destination": "/var", "type": "bind", "source": logdir, "options": ["rbind", "rw"]}));
     b.config_mut(|c| {
         c["process"]["env"].as_array_mut().unwrap().push("MARK=from-the-process".into());
-        c["hooks"] = json!({"startContainer": [
-            {"path": "/bin/sh", "args": ["sh", "-c", "echo \"inherited:$MARK\" >> /var/env.log"]},
-            {"path": "/bin/sh", "args": ["sh", "-c", "echo \"own:$MARK\" >> /var/env.log"], "env": ["OTHER=1"]},
-        ]});
+        let host_log = logdir.join("env.log");
+        c["hooks"] = json!({
+            "prestart": [{"path": "/bin/sh", "args": ["sh", "-c",
+                format!("echo \"prestart:$MARK:${{TINYRUN_CONFORMANCE_TAG:+tag}}\" >> {}", host_log.display())]}],
+            "createContainer": [{"path": "/bin/sh", "args": ["sh", "-c",
+                format!("echo \"createContainer:$MARK\" >> {}", host_log.display())]}],
+            "startContainer": [
+                {"path": "/bin/sh", "args": ["sh", "-c", "echo \"inherited:$MARK\" >> /var/env.log"]},
+                {"path": "/bin/sh", "args": ["sh", "-c", "echo \"own:$MARK\" >> /var/env.log"], "env": ["OTHER=1"]},
+            ],
+        });
     });
     rt.run_bundle(&b).expect_ok("run");
     let text = std::fs::read_to_string(logdir.join("env.log")).unwrap_or_default();
-    assert_eq!(text, "inherited:from-the-process\nown:\n");
+    assert_eq!(
+        text, "prestart::tag\ncreateContainer:from-the-process\ninherited:from-the-process\nown:\n",
+        "prestart: the runtime's env; createContainer and startContainer: the process's"
+    );
     rt.assert_nothing_left(&b.id);
 }

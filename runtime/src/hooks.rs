@@ -2,9 +2,10 @@
 //!
 //! prestart, createRuntime, poststart and poststop run in the runtime
 //! process; createContainer and startContainer run in the container's init,
-//! so they inherit its namespaces. Each hook gets only its own `env`, its
-//! `args` (with `args[0]` as argv[0]) and an optional timeout after which it
-//! is killed. Its stdout and stderr are read while it runs (a hook that
+//! so they inherit its namespaces. Each hook gets its own `env` (without
+//! one, as under runc, the runtime's environment, or in init the container
+//! process's), its `args` (with `args[0]` as argv[0]) and an optional
+//! timeout after which it is killed. Its stdout and stderr are read while it runs (a hook that
 //! writes more than a pipe holds must not block on it), and the last few
 //! KiB of each are kept for the error message.
 
@@ -101,8 +102,8 @@ pub(crate) fn run_all_warn(spec: &oci_spec::runtime::Spec, kind: Kind, state_jso
 }
 
 /// [`run_all`] from a container's init (createContainer, startContainer).
-/// A hook without an `env` of its own gets `inherited` when given: runc's
-/// startContainer hooks see the container process's environment.
+/// A hook without an `env` of its own gets `inherited`, the container
+/// process's environment, as under runc.
 pub(crate) fn run_all_in_container(
     spec: &oci_spec::runtime::Spec,
     kind: Kind,
@@ -176,7 +177,13 @@ fn run(hook: &Hook, state_json: &[u8], inherited: Option<&[CString]>) -> std::re
             cmd.arg0(argv0).args(rest);
         }
     }
-    cmd.env_clear();
+    // A hook's own `env` is all it gets. Without one it gets what runc's
+    // would: the runtime's environment for the hooks the runtime runs, the
+    // container process's for those init runs (runc's init has loaded the
+    // process's environment into its own by then).
+    if hook.env().is_some() || inherited.is_some() {
+        cmd.env_clear();
+    }
     match (hook.env(), inherited) {
         (Some(env), _) => {
             for kv in env {
@@ -413,8 +420,9 @@ mod tests {
         let inherited = [CString::new("FOO=a=b").unwrap(), CString::new("BAR=c").unwrap()];
         run(&h, b"{}", Some(&inherited)).unwrap();
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "a=b:c\n");
+        // None: the runtime's own environment, which has neither.
         run(&h, b"{}", None).unwrap();
-        assert_eq!(std::fs::read_to_string(&out).unwrap(), ":\n", "nothing inherited");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), ":\n");
     }
 
     #[test]

@@ -195,7 +195,10 @@ fn run_create_hooks(cfg: &InitConfig, chan: &Channel) -> Result<i32, InitError> 
         Some(other) => return Err(sync::unexpected(&other, Some(&Msg::HooksDone(0)))),
         None => return Err(InitError::other("sync with the runtime", "it went away while running hooks")),
     };
-    hooks::run_all_in_container(cfg.spec, Kind::CreateContainer, &hook_state(cfg, host_pid, "created"), None)?;
+    // The process's environment as runc's init holds it then: HOME comes later.
+    let env: Vec<std::ffi::CString> =
+        cfg.process.env.iter().filter_map(|e| std::ffi::CString::new(e.as_str()).ok()).collect();
+    hooks::run_all_in_container(cfg.spec, Kind::CreateContainer, &hook_state(cfg, host_pid, "created"), Some(&env))?;
     Ok(host_pid)
 }
 
