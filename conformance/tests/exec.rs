@@ -578,3 +578,34 @@ fn exec_env_overrides_the_configs() {
     assert!(o.stdout.lines().any(|l| l == "NEW=1"), "{o}");
     assert!(o.stdout.lines().any(|l| l.starts_with("PATH=/")), "the config's other variables stay\n{o}");
 }
+
+/// `process.execCPUAffinity`: an exec'd process runs on the `final` CPUs, or, without `final`,
+/// stays on the `initial` ones it was cloned on; init is not affected (the spec).
+#[test]
+fn exec_cpu_affinity() {
+    require_root!();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        tinyrun_conformance::skip!("needs two CPUs to tell an affinity from none");
+    }
+    let rt = Runtime::new("execaff");
+    let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
+    b.config_mut(|c| c["process"]["execCPUAffinity"] = json!({"initial": "0", "final": "1"}));
+    let pid = start(&rt, &b);
+    let allowed = |status: &str| {
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_string()
+    };
+    let init = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert_ne!(allowed(&init), "1", "init is not affected");
+    let o = exec(&rt, &[], &b.id, &["/bin/probe", "cat", "/proc/self/status"]).expect_ok("exec");
+    assert_eq!(allowed(&o.stdout), "1", "final\n{o}");
+    let procfile = rt.tempdir().join("process.json");
+    let mut p = b.config()["process"].clone();
+    p["args"] = json!(["/bin/probe", "cat", "/proc/self/status"]);
+    p["execCPUAffinity"] = json!({"initial": "1"});
+    std::fs::write(&procfile, p.to_string()).unwrap();
+    let o = exec(&rt, &["--process", procfile.to_str().unwrap()], &b.id, &[]).expect_ok("exec --process");
+    assert_eq!(allowed(&o.stdout), "1", "initial, kept without final\n{o}");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    rt.assert_nothing_left(&b.id);
+}

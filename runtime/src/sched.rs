@@ -3,6 +3,7 @@
 //! runc checks them, and set by each container process (init and `exec`)
 //! before its program.
 
+use nix::sched::CpuSet;
 use oci_spec::runtime::{IOPriorityClass, LinuxSchedulerFlag, LinuxSchedulerPolicy, Process};
 
 use crate::error::{InitError, Result, RuntimeError};
@@ -81,6 +82,40 @@ pub(crate) fn io_priority(p: &Process) -> Result<Option<i32>> {
     Ok(Some((class << 13) | level))
 }
 
+/// `process.execCPUAffinity`: the CPUs an exec'd process is cloned on
+/// (`initial`) and those it runs on once in the container's cgroup
+/// (`final`), as runc uses them. It does not apply to init (the spec).
+#[derive(Debug, Default)]
+pub(crate) struct ExecAffinity {
+    pub initial: Option<CpuSet>,
+    pub final_: Option<CpuSet>,
+}
+
+pub(crate) fn exec_affinity(p: &Process) -> Result<ExecAffinity> {
+    let Some(a) = p.exec_cpu_affinity() else { return Ok(ExecAffinity::default()) };
+    let set = |what: &str, list: &Option<String>| -> Result<Option<CpuSet>> {
+        let Some(list) = list.as_deref() else { return Ok(None) };
+        let field = format!("execCPUAffinity.{what}");
+        let mut set = CpuSet::new();
+        for part in list.split(',') {
+            let cpu =
+                |n: &str| n.parse::<usize>().map_err(|_| bad(&field, format!("{part:?} is not a CPU or a range")));
+            let (lo, hi) = match part.split_once('-') {
+                Some((a, b)) => (cpu(a)?, cpu(b)?),
+                None => (cpu(part)?, cpu(part)?),
+            };
+            if lo > hi {
+                return Err(bad(&field, format!("range {part:?} goes backwards")));
+            }
+            for c in lo..=hi {
+                set.set(c).map_err(|_| bad(&field, format!("CPU {c} is beyond {}", CpuSet::count() - 1)))?;
+            }
+        }
+        Ok(Some(set))
+    };
+    Ok(ExecAffinity { initial: set("initial", a.initial())?, final_: set("final", a.cpu_affinity_final())? })
+}
+
 /// Sets both on the calling process, between clone and execve: system
 /// calls on values made beforehand.
 pub(crate) fn apply(sched: Option<&SchedAttr>, ioprio: Option<i32>) -> std::result::Result<(), InitError> {
@@ -123,6 +158,17 @@ mod tests {
             assert!(scheduler(&process(serde_json::json!({"scheduler": bad}))).is_err(), "{bad}");
         }
         assert!(scheduler(&process(serde_json::json!({}))).unwrap().is_none());
+    }
+
+    #[test]
+    fn exec_affinity_lists_become_sets() {
+        let a = exec_affinity(&process(serde_json::json!({"execCPUAffinity": {"initial": "0-2,5", "final": "1"}})))
+            .unwrap();
+        let (i, f) = (a.initial.unwrap(), a.final_.unwrap());
+        assert!([0, 1, 2, 5].iter().all(|c| i.is_set(*c).unwrap()) && !i.is_set(3).unwrap());
+        assert!(f.is_set(1).unwrap() && !f.is_set(0).unwrap());
+        assert!(exec_affinity(&process(serde_json::json!({"execCPUAffinity": {"final": "4096"}}))).is_err());
+        assert!(exec_affinity(&process(serde_json::json!({}))).unwrap().initial.is_none());
     }
 
     #[test]

@@ -131,6 +131,7 @@ impl Container {
         crate::process::ensure_single_threaded()?;
         self.check_can_exec(opts.ignore_paused)?;
         check_process(&opts.process)?;
+        let affinity = crate::sched::exec_affinity(&opts.process)?;
         let spec = self.config()?;
         self.seal_if_needed(&spec, &opts.process)?;
         let terminal = opts.process.terminal().unwrap_or(false);
@@ -168,17 +169,18 @@ impl Container {
             nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut old))
                 .map_err(|e| SysError::bare("sigprocmask", e))?;
         }
-        let result = self.spawn(&cfg, &parent_joins, opts, clone_into.as_ref(), cgroup.as_ref()).and_then(|pid| {
-            drop(self);
-            if opts.detach {
-                return Ok((pid, 0));
-            }
-            let master = match &pair {
-                Some((ours, _)) => Some(crate::tty::recv_fd(ours)?),
-                None => None,
-            };
-            Ok((pid, crate::process::foreground::wait(pid, master)))
-        });
+        let result =
+            self.spawn(&cfg, &parent_joins, opts, clone_into.as_ref(), cgroup.as_ref(), &affinity).and_then(|pid| {
+                drop(self);
+                if opts.detach {
+                    return Ok((pid, 0));
+                }
+                let master = match &pair {
+                    Some((ours, _)) => Some(crate::tty::recv_fd(ours)?),
+                    None => None,
+                };
+                Ok((pid, crate::process::foreground::wait(pid, master)))
+            });
         if !opts.detach {
             let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         }
@@ -260,8 +262,22 @@ impl Container {
         opts: &ExecOptions,
         clone_into: Option<&OwnedFd>,
         cgroup: Option<&crate::cgroups::Cgroup>,
+        affinity: &crate::sched::ExecAffinity,
     ) -> Result<Pid> {
         let (ours, theirs) = sync::pair()?;
+        // The process is cloned on the initial CPUs (it inherits ours for
+        // the time being), and we go back to our own right after.
+        let own_cpus = match &affinity.initial {
+            Some(initial) => {
+                let own = nix::sched::sched_getaffinity(Pid::from_raw(0))
+                    .map_err(|e| SysError::bare("sched_getaffinity", e))?;
+                nix::sched::sched_setaffinity(Pid::from_raw(0), initial).map_err(|e| {
+                    RuntimeError::Sys(SysError::bare("sched_setaffinity (process.execCPUAffinity.initial)", e))
+                })?;
+                Some(own)
+            }
+            None => None,
+        };
         let mut restore = Vec::new();
         for j in parent_joins {
             restore.push(Join { typ: j.typ, fd: namespaces::open_own(namespaces::proc_name(j.typ))? });
@@ -278,6 +294,9 @@ impl Container {
             drop(ours);
             exec_init::main(cfg, &theirs);
         }
+        if let Some(own) = &own_cpus {
+            let _ = nix::sched::sched_setaffinity(Pid::from_raw(0), own);
+        }
         for j in &restore {
             namespaces::setns(j)?;
         }
@@ -285,6 +304,10 @@ impl Container {
         drop(theirs);
         let outcome = (|| -> Result<()> {
             self.join_exec_cgroup(pid, &opts.cgroups, cgroup)?;
+            if let Some(cpus) = &affinity.final_ {
+                nix::sched::sched_setaffinity(pid, cpus)
+                    .map_err(|e| RuntimeError::Sys(SysError::new("sched_setaffinity", format_args!("pid {pid}"), e)))?;
+            }
             // From here on the process's set-up is its own, and may be
             // frozen: nothing below changes the record.
             self.lock.unlock();

@@ -207,7 +207,7 @@ fn check_security(spec: &Spec) -> Result<()> {
 }
 
 /// Fields that parse but that this build does not implement (runc 1.1
-/// ignores all three; later runc versions implement them). Silently
+/// ignores netDevices; it implements intelRdt, refused here). Silently
 /// ignoring any of them would weaken or change the container the caller
 /// asked for, so they are refused by name.
 fn check_unsupported(spec: &Spec) -> Result<()> {
@@ -215,9 +215,7 @@ fn check_unsupported(spec: &Spec) -> Result<()> {
     if let Some(p) = spec.process() {
         crate::sched::scheduler(p)?;
         crate::sched::io_priority(p)?;
-        if p.exec_cpu_affinity().is_some() {
-            return unsupported("process.execCPUAffinity");
-        }
+        crate::sched::exec_affinity(p)?;
     }
     if let Some(l) = spec.linux() {
         if l.intel_rdt().is_some() {
