@@ -203,6 +203,20 @@ fn hostname_in_a_joined_uts_namespace() {
     assert_eq!(String::from_utf8_lossy(&seen.stdout).trim(), "ct-joined-uts", "set in the joined namespace");
     assert_eq!(nix::unistd::gethostname().unwrap(), before, "host hostname changed!");
     rt.assert_nothing_left(&b.id);
+    if rt.is_runc() {
+        // runc would set the name in the host's own namespace when given its path.
+        eprintln!("runc: not trying a hostname with the host's own UTS namespace");
+        return;
+    }
+    b.config_mut(|c| {
+        let nss = c["linux"]["namespaces"].as_array_mut().unwrap();
+        nss.retain(|n| n["type"] != "uts");
+        nss.push(json!({"type": "uts", "path": "/proc/self/ns/uts"}));
+    });
+    let o = rt.create(&b).expect_err("a hostname in the runtime's own UTS namespace");
+    assert!(o.stderr.contains("hostname"), "{o}");
+    assert_eq!(nix::unistd::gethostname().unwrap(), before, "host hostname changed!");
+    rt.assert_nothing_left(&b.id);
 }
 
 /// A config without a mount namespace is accepted, as runc accepts it: the container shares the

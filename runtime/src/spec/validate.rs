@@ -90,8 +90,13 @@ fn check_namespaces(spec: &Spec) -> Result<()> {
         return Err(invalid("linux.uidMappings/gidMappings are set but no new user namespace is asked for"));
     }
     // As runc: a UTS namespace of the container's, new or joined by path
-    // (the names are then set in the joined one); never the runtime's own.
-    let own_uts = nss.iter().any(|n| n.typ() == LinuxNamespaceType::Uts);
+    // (the names are then set in the joined one). One "joined" that is the
+    // runtime's own is not the container's: setting names there would
+    // rename the host, which runc would do and tinyrun refuses.
+    let own_uts = nss.iter().any(|n| {
+        n.typ() == LinuxNamespaceType::Uts
+            && n.path().as_ref().is_none_or(|p| !crate::namespaces::is_own_path(LinuxNamespaceType::Uts, p))
+    });
     if !own_uts && spec.hostname().as_ref().is_some_and(|h| !h.is_empty()) {
         return Err(invalid("hostname: can't set a hostname without a private UTS namespace"));
     }
