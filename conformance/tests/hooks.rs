@@ -327,3 +327,45 @@ fn hooks_without_env_inherit_as_under_runc() {
     );
     rt.assert_nothing_left(&b.id);
 }
+
+/// `start` must not keep the container locked while init runs a startContainer hook (a process
+/// of the container, which may take as long as it likes): `kill KILL` from another caller gets
+/// through, and `start` then ends.
+#[test]
+fn a_hanging_startcontainer_hook_does_not_lock_out_kill() {
+    require_root!();
+    let rt = Runtime::new("hookhang");
+    let logdir = rt.tempdir();
+    let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
+    b.add_mount(json!({"destination": "/var", "type": "bind", "source": logdir, "options": ["rbind", "rw"]}));
+    b.config_mut(|c| {
+        c["hooks"] =
+            json!({"startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "touch /var/hooked; exec sleep 600"]}]});
+    });
+    rt.create(&b).expect_ok("create");
+    let mut start = rt.spawn(&["start", &b.id]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !logdir.join("hooked").exists() {
+        assert!(Instant::now() < deadline, "the startContainer hook never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut kill = rt.spawn(&["kill", &b.id, "KILL"]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while kill.child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = kill.child.kill();
+            let _ = start.child.kill();
+            panic!("kill did not get through while start waited on a startContainer hook");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill.wait().expect_ok("kill");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while start.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "start did not end once init was killed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = start.wait();
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    rt.assert_nothing_left(&b.id);
+}
