@@ -439,7 +439,7 @@ pub(crate) struct ExecArgs {
     /// current working directory in the container
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
-    /// set environment variables (repeatable)
+    /// set environment variables (repeatable); each overrides the config's variable of that name
     #[arg(short, long, value_name = "NAME=VALUE")]
     pub env: Vec<String>,
     /// allocate a pseudo-TTY
