@@ -238,6 +238,9 @@ fn preserve_fds() {
 fn personality_domain() {
     require_root!();
     let rt = Runtime::new("persona");
+    if rt.is_runc() {
+        tinyrun_conformance::skip!("runc 1.1.5 predates linux.personality and ignores it");
+    }
     let b = rt.bundle(&["/bin/probe", "cat", "/proc/self/personality"]);
     b.config_mut(|c| c["linux"]["personality"] = json!({"domain": "LINUX32"}));
     let o = rt.run_bundle(&b).expect_ok("run with linux.personality LINUX32");
@@ -264,6 +267,9 @@ fn memory_policy() {
         tinyrun_conformance::skip!("kernel without NUMA");
     }
     let rt = Runtime::new("mempolicy");
+    if rt.is_runc() {
+        tinyrun_conformance::skip!("runc 1.1.5 predates linux.memoryPolicy and ignores it");
+    }
     let b = rt.bundle(&["/bin/probe", "cat", "/proc/self/numa_maps"]);
     for (policy, shown) in [
         (json!({"mode": "MPOL_BIND", "nodes": "0"}), "bind:0"),
@@ -289,6 +295,9 @@ fn memory_policy() {
 fn scheduler_and_io_priority() {
     require_root!();
     let rt = Runtime::new("sched");
+    if rt.is_runc() {
+        tinyrun_conformance::skip!("runc 1.1.5 predates process.scheduler and ioPriority (runc 1.2) and ignores them");
+    }
     let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
     b.config_mut(|c| {
         c["process"]["scheduler"] = json!({"policy": "SCHED_BATCH", "nice": 7});
