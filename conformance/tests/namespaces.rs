@@ -252,6 +252,16 @@ fn no_mount_namespace() {
     let host_mounts_after = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
     assert!(host_mounts_after <= host_mounts_before, "{host_mounts_before} -> {host_mounts_after} host mounts");
     rt.assert_nothing_left(&b.id);
+
+    // A read-only root: only the container's bind of its rootfs turns read-only, not the
+    // directory on the host.
+    b.config_mut(|c| c["root"]["readonly"] = true.into());
+    b.args(&["/bin/probe", "write", "/x"]);
+    let o = rt.run_bundle(&b);
+    assert_eq!(o.kv().get("write").map(String::as_str), Some("EROFS"), "{o}");
+    std::fs::write(rootfs.join("x"), "").expect("the rootfs stays writable on the host");
+    assert_eq!(tinyrun_conformance::mounts_under(&rootfs), Vec::<std::path::PathBuf>::new(), "mounts left");
+    rt.assert_nothing_left(&b.id);
 }
 
 /// Time namespace with offsets (runtime-spec 1.2). runc 1.1.5 predates it.
