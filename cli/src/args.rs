@@ -69,12 +69,19 @@ pub(crate) enum Command {
     /// create a container
     Create(CreateArgs),
     /// executes the user defined process in a created container
+    ///
+    /// The poststart hooks run once the program is executed, before start returns, even when
+    /// the program has already exited. A failing poststart hook is logged as a warning and start
+    /// still succeeds, as the runtime spec says.
     Start(IdArg),
     /// output the state of a container
     State(IdArg),
     /// kill sends the specified signal (default: SIGTERM) to the container's init process
     Kill(KillArgs),
     /// delete any resources held by the container often used with detached containers
+    ///
+    /// The poststop hooks run once everything is removed. A failing poststop hook is logged as a
+    /// warning and delete still succeeds, as the runtime spec says.
     Delete(DeleteArgs),
     /// create and run a container
     Run(RunArgs),
@@ -221,7 +228,7 @@ pub(crate) struct ExecArgs {
     /// current working directory in the container
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
-    /// set environment variables (repeatable)
+    /// set environment variables (repeatable); each overrides the config's variable of that name
     #[arg(short, long, value_name = "NAME=VALUE")]
     pub env: Vec<String>,
     /// allocate a pseudo-TTY

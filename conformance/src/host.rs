@@ -50,6 +50,15 @@ pub fn cgroup_dirs(id: &str) -> Vec<PathBuf> {
 /// then rmdir them depth-first. rmdir only: cgroupfs needs nothing else.
 pub(crate) fn remove_cgroup(id: &str) {
     let me = std::process::id() as i32;
+    // A frozen process (a test that failed while its container was paused) dies only once
+    // thawed: thaw first, whichever hierarchy comes first below.
+    for dir in cgroup_dirs(id) {
+        for (file, thawed) in [("freezer.state", "THAWED"), ("cgroup.freeze", "0")] {
+            if dir.join(file).exists() {
+                let _ = fs::write(dir.join(file), thawed);
+            }
+        }
+    }
     for dir in cgroup_dirs(id) {
         for attempt in 0..40 {
             let procs = cgroup_procs_recursive(&dir);

@@ -11,7 +11,7 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tinyrun_conformance::{kv, pid_alive, require_root, Bundle, Out, Runtime};
+use tinyrun_conformance::{kv, pid_alive, require_root, Bundle, Out, Running, Runtime};
 
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -520,4 +520,96 @@ fn exec_args_after_id_are_the_command() {
     )
     .expect_ok("flag-like arguments");
     assert_eq!(o.stdout, "--cwd /nope -e X=1 -d --help -t -u 5\n", "{o}");
+}
+
+/// `r` must finish within `secs`; a runtime invocation stuck behind a lock fails the test here
+/// instead of at the harness's long timeout.
+#[track_caller]
+fn within(r: Running, secs: u64, what: &str) -> Out {
+    let mut r = r;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while r.child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = r.child.kill();
+            let o = r.wait();
+            panic!("{what} did not finish within {secs} s (blocked?)\n{o}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    r.wait()
+}
+
+/// A process exec'd into a paused container with `--ignore-paused` sits frozen until the
+/// container is thawed; the exec must not keep the container locked meanwhile: `resume` from
+/// another caller goes through (and the exec then finishes), and so does `kill KILL`.
+#[test]
+fn exec_ignore_paused_does_not_lock_out_resume_or_kill() {
+    require_root!();
+    let rt = Runtime::new("execpaused");
+    let (b, _) = sleeper(&rt);
+    rt.run(&["pause", &b.id]).expect_ok("pause");
+    let ex = rt.spawn(&["exec", "--ignore-paused", &b.id, "/bin/probe", "exit", "3"]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(rt.status(&b.id).as_deref() == Some("paused"), "still paused");
+    within(rt.spawn(&["resume", &b.id]), 15, "resume while an exec waits frozen").expect_ok("resume");
+    let o = within(ex, 15, "exec after resume");
+    assert_eq!(o.code(), Some(3), "the exec'd program ran once thawed\n{o}");
+
+    rt.run(&["pause", &b.id]).expect_ok("pause again");
+    let ex = rt.spawn(&["exec", "--ignore-paused", &b.id, "/bin/probe", "sleep", "600"]);
+    std::thread::sleep(Duration::from_millis(500));
+    within(rt.spawn(&["kill", &b.id, "KILL"]), 15, "kill KILL while an exec waits frozen").expect_ok("kill");
+    within(rt.spawn(&["delete", "--force", &b.id]), 30, "delete --force").expect_ok("delete --force");
+    let o = within(ex, 15, "exec of a killed container");
+    assert_ne!(o.code(), Some(0), "{o}");
+    rt.assert_nothing_left(&b.id);
+}
+
+/// `exec --env NAME=VALUE` overrides a `NAME` already in the config's env, as with runc: the
+/// program (run directly, no shell to tidy its environment) sees one `TERM`, the command line's.
+#[test]
+fn exec_env_overrides_the_configs() {
+    require_root!();
+    let rt = Runtime::new("execenv");
+    let (b, _) = sleeper(&rt);
+    let o = exec(&rt, &["-e", "TERM=dumb", "-e", "NEW=1"], &b.id, &["/bin/probe", "env"]).expect_ok("exec");
+    let terms: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("TERM=")).collect();
+    assert_eq!(terms, ["TERM=dumb"], "the command line wins\n{o}");
+    assert!(o.stdout.lines().any(|l| l == "NEW=1"), "{o}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("PATH=/")), "the config's other variables stay\n{o}");
+}
+
+/// `process.execCPUAffinity`: an exec'd process runs on the `final` CPUs (the config's, or its
+/// `--process` file's); init is not affected (the spec). `initial` only holds while the process
+/// joins the cgroup (moving into a cpuset cgroup may reset it), so it is not observable here.
+#[test]
+fn exec_cpu_affinity() {
+    require_root!();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        tinyrun_conformance::skip!("needs two CPUs to tell an affinity from none");
+    }
+    let rt = Runtime::new("execaff");
+    if rt.is_runc() {
+        tinyrun_conformance::skip!("runc 1.1.5 predates process.execCPUAffinity (runc 1.2) and ignores it");
+    }
+    let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
+    b.config_mut(|c| c["process"]["execCPUAffinity"] = json!({"initial": "0", "final": "1"}));
+    let pid = start(&rt, &b);
+    let allowed = |status: &str| {
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_string()
+    };
+    let init = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert_ne!(allowed(&init), "1", "init is not affected");
+    let o = exec(&rt, &[], &b.id, &["/bin/probe", "cat", "/proc/self/status"]).expect_ok("exec");
+    assert_eq!(allowed(&o.stdout), "1", "final\n{o}");
+    let procfile = rt.tempdir().join("process.json");
+    let mut p = b.config()["process"].clone();
+    p["args"] = json!(["/bin/probe", "cat", "/proc/self/status"]);
+    p["execCPUAffinity"] = json!({"initial": "1", "final": "0"});
+    std::fs::write(&procfile, p.to_string()).unwrap();
+    let o = exec(&rt, &["--process", procfile.to_str().unwrap()], &b.id, &[]).expect_ok("exec --process");
+    assert_eq!(allowed(&o.stdout), "0", "the process file's final\n{o}");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    rt.assert_nothing_left(&b.id);
 }

@@ -174,6 +174,96 @@ fn hostname_without_uts_namespace_fails() {
     rt.assert_nothing_left(&b.id);
 }
 
+/// A hostname with a UTS namespace joined by path is allowed, as runc allows it, and is set in
+/// the joined namespace: another process joining it sees the name; the host's stays.
+#[test]
+fn hostname_in_a_joined_uts_namespace() {
+    require_root!();
+    let rt = Runtime::new("utsjoin");
+    let before = nix::unistd::gethostname().unwrap();
+    let nsfile = rt.tempdir().join("uts");
+    std::fs::write(&nsfile, "").unwrap();
+    rt.track_mount(&nsfile);
+    let st = std::process::Command::new("unshare").arg(format!("--uts={}", nsfile.display())).arg("true").status();
+    assert!(st.expect("unshare").success(), "unshare --uts=FILE failed");
+    let b = rt.bundle(&["/bin/probe", "hostname"]);
+    b.config_mut(|c| {
+        let nss = c["linux"]["namespaces"].as_array_mut().unwrap();
+        nss.retain(|n| n["type"] != "uts");
+        nss.push(json!({"type": "uts", "path": nsfile}));
+        c["hostname"] = "ct-joined-uts".into();
+    });
+    let o = rt.run_bundle(&b).expect_ok("run with a hostname in a joined UTS namespace");
+    assert_eq!(o.kv()["hostname"], "ct-joined-uts", "{o}");
+    let seen = std::process::Command::new("nsenter")
+        .arg(format!("--uts={}", nsfile.display()))
+        .arg("hostname")
+        .output()
+        .expect("nsenter");
+    assert_eq!(String::from_utf8_lossy(&seen.stdout).trim(), "ct-joined-uts", "set in the joined namespace");
+    assert_eq!(nix::unistd::gethostname().unwrap(), before, "host hostname changed!");
+    rt.assert_nothing_left(&b.id);
+    if rt.is_runc() {
+        // runc would set the name in the host's own namespace when given its path.
+        eprintln!("runc: not trying a hostname with the host's own UTS namespace");
+        return;
+    }
+    b.config_mut(|c| {
+        let nss = c["linux"]["namespaces"].as_array_mut().unwrap();
+        nss.retain(|n| n["type"] != "uts");
+        nss.push(json!({"type": "uts", "path": "/proc/self/ns/uts"}));
+    });
+    let o = rt.create(&b).expect_err("a hostname in the runtime's own UTS namespace");
+    assert!(o.stderr.contains("hostname"), "{o}");
+    assert_eq!(nix::unistd::gethostname().unwrap(), before, "host hostname changed!");
+    rt.assert_nothing_left(&b.id);
+}
+
+/// A config without a mount namespace is accepted, as runc accepts it: the container shares the
+/// runtime's mount namespace and runs chrooted in its rootfs, its mounts are made there (below
+/// the rootfs, nowhere else), an exec'd process gets the same root, and `delete` takes every
+/// mount away.
+#[test]
+fn no_mount_namespace() {
+    require_root!();
+    let rt = Runtime::new("nomntns");
+    if rt.is_runc() {
+        // Without a mount namespace runc 1.1 makes the host's `/` a recursive slave and mounts
+        // in the host's namespace; not something to do to the machine running the tests.
+        skip!("runc 1.1.5 changes the host's root propagation without a mount namespace");
+    }
+    let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
+    let rootfs = std::fs::canonicalize(b.writable_rootfs()).unwrap();
+    b.without_ns("mount");
+    let host_mounts_before = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
+    rt.create(&b).expect_ok("create without a mount namespace");
+    rt.run(&["start", &b.id]).expect_ok("start");
+    let pid = rt.wait_status(&b.id, "running")["pid"].as_i64().unwrap();
+    let mnt = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap();
+    assert_eq!(mnt.to_string_lossy(), own_ns("mnt"), "the runtime's mount namespace is shared");
+    let root = std::fs::read_link(format!("/proc/{pid}/root")).unwrap();
+    assert_eq!(root, rootfs, "the container runs in its rootfs");
+    let under = tinyrun_conformance::mounts_under(&rootfs);
+    assert!(under.iter().any(|m| m.ends_with("proc")), "its mounts are below its rootfs: {under:?}");
+    let o = rt.run(&["exec", &b.id, "/bin/probe", "cwd"]).expect_ok("exec gets the container's root");
+    assert_eq!(o.kv()["cwd"], "/", "{o}");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    assert_eq!(tinyrun_conformance::mounts_under(&rootfs), Vec::<std::path::PathBuf>::new(), "mounts left");
+    let host_mounts_after = std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count();
+    assert!(host_mounts_after <= host_mounts_before, "{host_mounts_before} -> {host_mounts_after} host mounts");
+    rt.assert_nothing_left(&b.id);
+
+    // A read-only root: only the container's bind of its rootfs turns read-only, not the
+    // directory on the host.
+    b.config_mut(|c| c["root"]["readonly"] = true.into());
+    b.args(&["/bin/probe", "write", "/x"]);
+    let o = rt.run_bundle(&b);
+    assert_eq!(o.kv().get("write").map(String::as_str), Some("EROFS"), "{o}");
+    std::fs::write(rootfs.join("x"), "").expect("the rootfs stays writable on the host");
+    assert_eq!(tinyrun_conformance::mounts_under(&rootfs), Vec::<std::path::PathBuf>::new(), "mounts left");
+    rt.assert_nothing_left(&b.id);
+}
+
 /// Time namespace with offsets (runtime-spec 1.2). runc 1.1.5 predates it.
 #[test]
 fn time_namespace_offsets() {

@@ -231,3 +231,104 @@ fn preserve_fds() {
     assert_eq!(fd_keys(&o.stdout), ["fd.0", "fd.1", "fd.2", "fd.3"], "exactly stdio + fd 3\n{o}");
     assert_eq!(o.kv()["fd.3"], passed_path.to_str().unwrap(), "fd 3 is the file we passed\n{o}");
 }
+
+/// `linux.personality` (personality(2)): LINUX32 is the execution domain of the container's
+/// process and of an exec'd one; LINUX leaves the default.
+#[test]
+fn personality_domain() {
+    require_root!();
+    let rt = Runtime::new("persona");
+    if rt.is_runc() {
+        tinyrun_conformance::skip!("runc 1.1.5 predates linux.personality and ignores it");
+    }
+    let b = rt.bundle(&["/bin/probe", "cat", "/proc/self/personality"]);
+    b.config_mut(|c| c["linux"]["personality"] = json!({"domain": "LINUX32"}));
+    let o = rt.run_bundle(&b).expect_ok("run with linux.personality LINUX32");
+    assert_eq!(o.stdout.trim(), "00000008", "PER_LINUX32\n{o}");
+    b.config_mut(|c| c["linux"]["personality"] = json!({"domain": "LINUX"}));
+    let o = rt.run_bundle(&b).expect_ok("run with linux.personality LINUX");
+    assert_eq!(o.stdout.trim(), "00000000", "PER_LINUX\n{o}");
+    b.config_mut(|c| c["linux"]["personality"] = json!({"domain": "LINUX32"}));
+    b.args(&["/bin/probe", "sleep", "600"]);
+    rt.create(&b).expect_ok("create");
+    rt.run(&["start", &b.id]).expect_ok("start");
+    let o = rt.run(&["exec", &b.id, "/bin/probe", "cat", "/proc/self/personality"]).expect_ok("exec");
+    assert_eq!(o.stdout.trim(), "00000008", "an exec'd process gets it too\n{o}");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    rt.assert_nothing_left(&b.id);
+}
+
+/// `linux.memoryPolicy` (set_mempolicy(2)): the process's policy shows in its numa_maps; a
+/// policy the spec rules out (MPOL_BIND without nodes) fails create naming the field.
+#[test]
+fn memory_policy() {
+    require_root!();
+    if !std::path::Path::new("/proc/self/numa_maps").exists() {
+        tinyrun_conformance::skip!("kernel without NUMA");
+    }
+    let rt = Runtime::new("mempolicy");
+    if rt.is_runc() {
+        tinyrun_conformance::skip!("runc 1.1.5 predates linux.memoryPolicy and ignores it");
+    }
+    let b = rt.bundle(&["/bin/probe", "cat", "/proc/self/numa_maps"]);
+    for (policy, shown) in [
+        (json!({"mode": "MPOL_BIND", "nodes": "0"}), "bind:0"),
+        (json!({"mode": "MPOL_INTERLEAVE", "nodes": "0", "flags": ["MPOL_F_STATIC_NODES"]}), "interleave=static:0"),
+        (json!({"mode": "MPOL_PREFERRED", "nodes": "0"}), "prefer:0"),
+        (json!({"mode": "MPOL_LOCAL"}), "local"),
+    ] {
+        b.config_mut(|c| c["linux"]["memoryPolicy"] = policy.clone());
+        let o = rt.run_bundle(&b).expect_ok("run with linux.memoryPolicy");
+        let first = o.stdout.lines().next().unwrap_or_default();
+        assert!(first.split(' ').nth(1) == Some(shown), "{policy}: want {shown}\n{o}");
+    }
+    b.config_mut(|c| c["linux"]["memoryPolicy"] = json!({"mode": "MPOL_BIND"}));
+    let o = rt.create(&b).expect_err("MPOL_BIND without nodes");
+    assert!(o.stderr.contains("linux.memoryPolicy"), "{o}");
+    rt.assert_nothing_left(&b.id);
+}
+
+/// `process.scheduler` (sched_setattr(2)) and `process.ioPriority` (ioprio_set(2)) are applied
+/// to the container's process, seen from the host: policy and nice in /proc/<pid>/stat, the I/O
+/// class with `ionice -p`. A value runc's checks refuse fails create naming the field.
+#[test]
+fn scheduler_and_io_priority() {
+    require_root!();
+    let rt = Runtime::new("sched");
+    if rt.is_runc() {
+        tinyrun_conformance::skip!("runc 1.1.5 predates process.scheduler and ioPriority (runc 1.2) and ignores them");
+    }
+    let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
+    b.config_mut(|c| {
+        c["process"]["scheduler"] = json!({"policy": "SCHED_BATCH", "nice": 7});
+        c["process"]["ioPriority"] = json!({"class": "IOPRIO_CLASS_IDLE", "priority": 0});
+    });
+    rt.create(&b).expect_ok("create with a scheduler and an I/O priority");
+    let pid = rt.state(&b.id).unwrap()["pid"].as_i64().unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    // After the command: field 3 is [0]; nice is field 19, policy field 41.
+    assert_eq!((fields[16], fields[38]), ("7", "3"), "nice 7, SCHED_BATCH: {stat}");
+    let io = std::process::Command::new("ionice").args(["-p", &pid.to_string()]).output().expect("ionice");
+    assert_eq!(String::from_utf8_lossy(&io.stdout).trim(), "idle", "{io:?}");
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    b.config_mut(|c| c["process"]["scheduler"] = json!({"policy": "SCHED_OTHER", "nice": 42}));
+    let o = rt.create(&b).expect_err("nice out of range");
+    assert!(o.stderr.contains("process.scheduler"), "{o}");
+    rt.assert_nothing_left(&b.id);
+}
+
+/// `process.commandLine` is a Windows field: on Linux it is ignored with a warning (runc ignores
+/// it), and `process.args` runs.
+#[test]
+fn command_line_is_ignored_with_a_warning() {
+    require_root!();
+    let rt = Runtime::new("cmdline");
+    let b = rt.bundle(&["/bin/probe", "exit", "0"]);
+    b.config_mut(|c| c["process"]["commandLine"] = "C:\\\\windows\\\\notepad.exe".into());
+    let o = rt.run_bundle(&b).expect_ok("run with process.commandLine");
+    if !rt.is_runc() {
+        assert!(o.stderr.contains("warning") && o.stderr.contains("process.commandLine"), "{o}");
+    }
+    rt.assert_nothing_left(&b.id);
+}

@@ -2,15 +2,18 @@
 //!
 //! prestart, createRuntime, poststart and poststop run in the runtime
 //! process; createContainer and startContainer run in the container's init,
-//! so they inherit its namespaces. Each hook gets only its own `env`, its
-//! `args` (with `args[0]` as argv[0]) and an optional timeout after which it
-//! is killed. Its stdout and stderr are read while it runs (a hook that
+//! so they inherit its namespaces. Each hook gets its own `env` (without
+//! one, as under runc, the runtime's environment, or in init the container
+//! process's), its `args` (with `args[0]` as argv[0]) and an optional
+//! timeout after which it is killed. Its stdout and stderr are read while it runs (a hook that
 //! writes more than a pipe holds must not block on it), and the last few
 //! KiB of each are kept for the error message.
 
 use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -85,21 +88,39 @@ pub(crate) fn list(spec: &oci_spec::runtime::Spec, kind: Kind) -> &[Hook] {
 
 /// Runs every hook of `kind` in order; the first failure stops the rest.
 pub(crate) fn run_all(spec: &oci_spec::runtime::Spec, kind: Kind, state_json: &[u8]) -> Result<()> {
-    each(spec, kind, state_json).map_err(|f| RuntimeError::Hook(f.to_string()))
+    each(spec, kind, state_json, None).map_err(|f| RuntimeError::Hook(f.to_string()))
+}
+
+/// Runs every hook of `kind` in order, each failure a warning that stops
+/// none of the rest: the spec's rule for poststart and poststop.
+pub(crate) fn run_all_warn(spec: &oci_spec::runtime::Spec, kind: Kind, state_json: &[u8]) {
+    for (index, hook) in list(spec, kind).iter().enumerate() {
+        if let Err(why) = run(hook, state_json, None) {
+            crate::warn::warn(&Failure { kind, index, path: hook.path().clone(), why }.to_string());
+        }
+    }
 }
 
 /// [`run_all`] from a container's init (createContainer, startContainer).
+/// A hook without an `env` of its own gets `inherited`, the container
+/// process's environment, as under runc.
 pub(crate) fn run_all_in_container(
     spec: &oci_spec::runtime::Spec,
     kind: Kind,
     state_json: &[u8],
+    inherited: Option<&[CString]>,
 ) -> std::result::Result<(), InitError> {
-    each(spec, kind, state_json).map_err(InitError::from)
+    each(spec, kind, state_json, inherited).map_err(InitError::from)
 }
 
-fn each(spec: &oci_spec::runtime::Spec, kind: Kind, state_json: &[u8]) -> std::result::Result<(), Failure> {
+fn each(
+    spec: &oci_spec::runtime::Spec,
+    kind: Kind,
+    state_json: &[u8],
+    inherited: Option<&[CString]>,
+) -> std::result::Result<(), Failure> {
     for (index, hook) in list(spec, kind).iter().enumerate() {
-        run(hook, state_json).map_err(|why| Failure { kind, index, path: hook.path().clone(), why })?;
+        run(hook, state_json, inherited).map_err(|why| Failure { kind, index, path: hook.path().clone(), why })?;
     }
     Ok(())
 }
@@ -149,18 +170,37 @@ impl From<Failure> for InitError {
     }
 }
 
-fn run(hook: &Hook, state_json: &[u8]) -> std::result::Result<(), Why> {
+fn run(hook: &Hook, state_json: &[u8], inherited: Option<&[CString]>) -> std::result::Result<(), Why> {
     let mut cmd = Command::new(hook.path());
     if let Some(args) = hook.args() {
         if let Some((argv0, rest)) = args.split_first() {
             cmd.arg0(argv0).args(rest);
         }
     }
-    cmd.env_clear();
-    for kv in hook.env().as_deref().unwrap_or(&[]) {
-        if let Some((k, v)) = kv.split_once('=') {
-            cmd.env(k, v);
+    // A hook's own `env` is all it gets. Without one it gets what runc's
+    // would: the runtime's environment for the hooks the runtime runs, the
+    // container process's for those init runs (runc's init has loaded the
+    // process's environment into its own by then).
+    if hook.env().is_some() || inherited.is_some() {
+        cmd.env_clear();
+    }
+    match (hook.env(), inherited) {
+        (Some(env), _) => {
+            for kv in env {
+                if let Some((k, v)) = kv.split_once('=') {
+                    cmd.env(k, v);
+                }
+            }
         }
+        (None, Some(env)) => {
+            for kv in env {
+                let kv = kv.as_bytes();
+                if let Some(eq) = kv.iter().position(|b| *b == b'=') {
+                    cmd.env(OsStr::from_bytes(&kv[..eq]), OsStr::from_bytes(&kv[eq + 1..]));
+                }
+            }
+        }
+        (None, None) => {}
     }
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| Why::Start("start", crate::sys::io_errno(&e)))?;
@@ -364,14 +404,31 @@ mod tests {
             "args": ["sh", "-c", format!("cat > {}; echo \"$FOO:$HOME\" >> {}", out.display(), out.display())],
             "env": ["FOO=bar"]
         }));
-        run(&h, b"{\"id\":\"x\"}\n").unwrap();
+        let inherited = [CString::new("FOO=not-this").unwrap()];
+        run(&h, b"{\"id\":\"x\"}\n", Some(&inherited)).unwrap();
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "{\"id\":\"x\"}\nbar:\n");
+    }
+
+    #[test]
+    fn a_hook_without_env_gets_the_inherited_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let h = hook(serde_json::json!({
+            "path": "/bin/sh",
+            "args": ["sh", "-c", format!("echo \"$FOO:$BAR\" > {}", out.display())],
+        }));
+        let inherited = [CString::new("FOO=a=b").unwrap(), CString::new("BAR=c").unwrap()];
+        run(&h, b"{}", Some(&inherited)).unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "a=b:c\n");
+        // None: the runtime's own environment, which has neither.
+        run(&h, b"{}", None).unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), ":\n");
     }
 
     #[test]
     fn failure_carries_status_and_output() {
         let h = hook(serde_json::json!({"path": "/bin/sh", "args": ["sh", "-c", "echo oops >&2; exit 3"]}));
-        let e = run(&h, b"{}").unwrap_err().to_string();
+        let e = run(&h, b"{}", None).unwrap_err().to_string();
         assert!(e.contains("exit status: 3") && e.contains("oops"), "{e}");
     }
 
@@ -379,7 +436,7 @@ mod tests {
     fn timeout_kills_the_hook() {
         let h = hook(serde_json::json!({"path": "/bin/sleep", "args": ["sleep", "10"], "timeout": 1}));
         let t = Instant::now();
-        let e = run(&h, b"{}").unwrap_err().to_string();
+        let e = run(&h, b"{}", None).unwrap_err().to_string();
         assert!(e.contains("timed out"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5));
     }
@@ -391,7 +448,7 @@ mod tests {
         let script = "head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2; exit 0";
         let h = hook(serde_json::json!({"path": "/bin/sh", "args": ["sh", "-c", script], "timeout": 10}));
         let t = Instant::now();
-        run(&h, b"{}").unwrap();
+        run(&h, b"{}", None).unwrap();
         assert!(t.elapsed() < Duration::from_secs(3), "took {:?}", t.elapsed());
     }
 
@@ -402,21 +459,21 @@ mod tests {
         let script = "head -c 1048576 /dev/zero | tr '\\0' x; echo END-OF-OUTPUT >&2; exec sleep 30";
         let h = hook(serde_json::json!({"path": "/bin/sh", "args": ["sh", "-c", script], "timeout": 1}));
         let t = Instant::now();
-        let e = run(&h, b"{}").unwrap_err();
+        let e = run(&h, b"{}", None).unwrap_err();
         let took = t.elapsed();
         assert!(matches!(e, Why::TimedOut(1)), "{e}");
         assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(3), "took {took:?}");
         let h = hook(
             serde_json::json!({"path": "/bin/sh", "args": ["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' x; exit 4"]}),
         );
-        let e = run(&h, b"{}").unwrap_err().to_string();
+        let e = run(&h, b"{}", None).unwrap_err().to_string();
         assert!(e.contains("exit status: 4") && e.len() < 2 * TAIL + 200, "{} bytes", e.len());
     }
 
     #[test]
     fn a_hook_that_cannot_start_keeps_its_errno() {
         let h = hook(serde_json::json!({"path": "/nonexistent/hook"}));
-        let why = run(&h, b"{}").unwrap_err();
+        let why = run(&h, b"{}", None).unwrap_err();
         let f = Failure { kind: Kind::CreateContainer, index: 0, path: "/nonexistent/hook".into(), why };
         let e = InitError::from(f);
         assert_eq!(e.errno(), Some(Errno::ENOENT));

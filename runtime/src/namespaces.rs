@@ -128,6 +128,14 @@ impl Plan {
         self.is_new(LinuxNamespaceType::User) || self.joins.iter().any(|j| j.typ == LinuxNamespaceType::User)
     }
 
+    /// The container gets a mount namespace other than the runtime's, new
+    /// or joined. Without one, nothing may change the host's root or its
+    /// propagation (see `rootfs::Options::own_mount_ns`).
+    pub(crate) fn own_mount_ns(&self) -> bool {
+        self.is_new(LinuxNamespaceType::Mount)
+            || self.joins.iter().any(|j| j.typ == LinuxNamespaceType::Mount && !is_own(&j.fd, "mnt"))
+    }
+
     /// The container gets a user namespace other than the runtime's: what
     /// its processes hold, they hold there, not over the runtime.
     pub(crate) fn other_user_ns(&self) -> bool {

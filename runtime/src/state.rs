@@ -59,6 +59,11 @@ pub(crate) struct Record {
     /// field existed is taken to say yes.
     #[serde(default = "yes")]
     pub ptrace_possible: bool,
+    /// Without a mount namespace of its own, the container's mounts live in
+    /// the host's under a bind of the rootfs: its path and mount id, which
+    /// `delete` detaches (only if that mount is still the one on top).
+    #[serde(default)]
+    pub host_root_mount: Option<(PathBuf, u64)>,
 }
 
 fn yes() -> bool {
@@ -142,6 +147,17 @@ impl StateDir {
 
     pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
+    }
+
+    /// Lets other commands have the container while this one goes on
+    /// without changing it: a command about to wait on the container's
+    /// processes (which a pause may freeze for as long as it lasts) must
+    /// not keep `resume` or `kill` out meanwhile. `flock`'s unlock acts on
+    /// the open file, so copies of the fd a child inherited let go too.
+    pub(crate) fn unlock(&mut self) {
+        if let Some(l) = self._lock.take() {
+            let _ = l.unlock();
+        }
     }
 
     /// Removes the directory and everything in it; the lock goes with it.
@@ -305,10 +321,12 @@ mod tests {
             cgroup_path: None,
             init_exe: None,
             ptrace_possible: false,
+            host_root_mount: Some(("/x/rootfs".into(), 99)),
         };
         l.save(&rec).unwrap();
         let back = l.load().unwrap();
         assert_eq!((back.pid, back.start_time, back.systemd_cgroup, back.ptrace_possible), (42, 7, true, false));
+        assert_eq!(back.host_root_mount, Some(("/x/rootfs".into(), 99)));
         // No temporary file is left next to the record.
         let names: Vec<_> = std::fs::read_dir(&l.dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from(STATE_FILE)]);

@@ -6,7 +6,7 @@
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::unistd::Pid;
 use oci_spec::runtime::{LinuxDevice, LinuxNamespaceType, LinuxResources};
@@ -114,18 +114,23 @@ impl Host for CreateHost<'_> {
         Ok(self.cgroup.join(pid, self.resources, self.devices)?)
     }
 
+    /// prestart hooks read the status `created` (crun, and the spec's
+    /// validation suite, expect it; prestart is the old name of a hook
+    /// that runs once the container is made), createRuntime `creating`.
     fn runtime_hooks(&mut self, pid: Pid) -> Result<()> {
-        let st = hooks::State {
-            oci_version: self.bundle.spec.version(),
-            id: self.id,
-            status: "creating",
-            pid: pid.as_raw(),
-            bundle: &self.bundle.dir,
-            annotations: self.bundle.spec.annotations().as_ref(),
-        }
-        .to_json();
-        hooks::run_all(&self.bundle.spec, Kind::Prestart, &st)?;
-        hooks::run_all(&self.bundle.spec, Kind::CreateRuntime, &st)
+        let state = |status| {
+            hooks::State {
+                oci_version: self.bundle.spec.version(),
+                id: self.id,
+                status,
+                pid: pid.as_raw(),
+                bundle: &self.bundle.dir,
+                annotations: self.bundle.spec.annotations().as_ref(),
+            }
+            .to_json()
+        };
+        hooks::run_all(&self.bundle.spec, Kind::Prestart, &state("created"))?;
+        hooks::run_all(&self.bundle.spec, Kind::CreateRuntime, &state("creating"))
     }
 }
 
@@ -138,11 +143,9 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let config = serde_json::to_vec(spec).map_err(|e| RuntimeError::InvalidSpec(format!("encode config: {e}")))?;
     write_atomic(&lock.path(CONFIG_FILE), &config, 0o600)?;
     let plan = Plan::new(spec)?;
-    if !plan.is_new(LinuxNamespaceType::Mount) && !plan.joins.iter().any(|j| j.typ == LinuxNamespaceType::Mount) {
-        return Err(RuntimeError::InvalidSpec(
-            "linux.namespaces: a mount namespace is required (mounts must not reach the host)".into(),
-        ));
-    }
+    // No mount namespace (runc accepts that): init mounts in the host's,
+    // under a bind of the rootfs, which is undone by `delete` or below.
+    let host_root = HostRoot::before(&plan, &bundle.rootfs);
     let listener = bind_start_socket(lock)?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
     cfg.process.console = console;
@@ -152,15 +155,22 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let devices = linux.and_then(|l| l.devices().clone()).unwrap_or_default();
     let cgroups_path = linux.and_then(|l| l.cgroups_path().as_ref()).map(|p| p.to_string_lossy().into_owned());
     let cgroup = Cgroup::for_create(cgroups_path.as_deref(), id, opts.systemd_cgroup, Some(&resources))?;
-    // A failed create leaves no cgroup behind (init is already dead then).
-    let undo_cgroup = |e: RuntimeError| match cgroup.destroy() {
-        Ok(()) => e,
-        Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
+    // A failed create leaves no cgroup (init is already dead then), and no
+    // mount on the host, behind.
+    let undo_cgroup = |e: RuntimeError| {
+        if let Some(h) = &host_root {
+            h.undo();
+        }
+        match cgroup.destroy() {
+            Ok(()) => e,
+            Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
+        }
     };
     let clone_into = self_join(&cgroup, &resources, &devices, &mut cfg).map_err(undo_cgroup)?;
     let mut host = CreateHost { id, bundle, cgroup: &cgroup, resources: &resources, devices: &devices, clone_into };
     let launched = launch::launch(&cfg, &mut host).map_err(undo_cgroup)?;
-    match record(lock, &cfg, opts, &cgroup, launched.pid, created) {
+    let host_root_mount = host_root.as_ref().and_then(HostRoot::made);
+    match record(lock, &cfg, opts, &cgroup, launched.pid, created, host_root_mount) {
         Ok(rec) => {
             launched.commit().map_err(undo_cgroup)?;
             Ok(rec)
@@ -171,6 +181,36 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
                 let _ = std::fs::remove_file(p);
             }
             Err(undo_cgroup(e))
+        }
+    }
+}
+
+/// The rootfs of a container without a mount namespace of its own, as the
+/// host's mount table had it before init ran.
+struct HostRoot {
+    path: PathBuf,
+    before: Option<u64>,
+}
+
+impl HostRoot {
+    fn before(plan: &Plan, rootfs: &Path) -> Option<HostRoot> {
+        if plan.own_mount_ns() {
+            return None;
+        }
+        let path = std::fs::canonicalize(rootfs).unwrap_or_else(|_| rootfs.to_path_buf());
+        let before = crate::rootfs::top_mount_id(&path);
+        Some(HostRoot { path, before })
+    }
+
+    /// The bind init made at the rootfs, if it made one.
+    fn made(&self) -> Option<(PathBuf, u64)> {
+        let now = crate::rootfs::top_mount_id(&self.path)?;
+        (Some(now) != self.before).then(|| (self.path.clone(), now))
+    }
+
+    fn undo(&self) {
+        if let Some((path, id)) = self.made() {
+            let _ = crate::rootfs::detach_host_root(&path, id);
         }
     }
 }
@@ -204,6 +244,7 @@ fn record(
     cgroup: &Cgroup,
     pid: Pid,
     created: String,
+    host_root_mount: Option<(PathBuf, u64)>,
 ) -> Result<Record> {
     let start_time = proc_start_time(pid.as_raw())
         .map(|(t, _)| t)
@@ -221,6 +262,7 @@ fn record(
         cgroup_path: Some(cgroup.recorded().to_string()),
         init_exe: crate::state::proc_exe(pid.as_raw()),
         ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, cfg.plan.other_user_ns()),
+        host_root_mount,
     };
     lock.save(&rec)?;
     if let Some(p) = &opts.pid_file {
@@ -257,6 +299,8 @@ fn init_config<'a>(
         p.env.push("LISTEN_PID=1".into());
     }
     p.seccomp = crate::seccomp::Filter::from_spec(spec)?;
+    p.personality = crate::personality::from_spec(spec);
+    p.mempolicy = crate::mempolicy::from_spec(spec)?;
     let wants_hooks = [Kind::Prestart, Kind::CreateRuntime, Kind::CreateContainer, Kind::StartContainer]
         .iter()
         .any(|k| !hooks::list(spec, *k).is_empty());

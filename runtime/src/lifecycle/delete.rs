@@ -56,17 +56,20 @@ impl Container {
     }
 
     /// Frees what create made (the cgroup, after killing anything still in
-    /// it, then the state), then runs poststop hooks. A poststop failure is
-    /// returned (runc does), after everything is already gone.
+    /// it, then the state), then runs poststop hooks. A failing poststop
+    /// hook is a warning (the spec), and `delete` succeeds.
     fn destroy(self) -> Result<()> {
         let spec = self.config().ok();
         let st = self.hook_state("stopped");
         if let Some(cg) = self.cgroup()? {
             cg.destroy()?;
         }
+        if let Some((rootfs, id)) = &self.rec.host_root_mount {
+            crate::rootfs::detach_host_root(rootfs, *id)?;
+        }
         self.lock.remove()?;
         if let Some(spec) = spec {
-            hooks::run_all(&spec, Kind::Poststop, &st)?;
+            hooks::run_all_warn(&spec, Kind::Poststop, &st);
         }
         Ok(())
     }

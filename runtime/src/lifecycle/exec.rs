@@ -112,8 +112,10 @@ impl Container {
 
     /// Runs `opts.process` in the container. Detached, returns 0 once the
     /// program runs; otherwise its exit status (128+N for signal N). The
-    /// container's lock is released as soon as the process runs, so `kill`
-    /// and `delete` aren't held up by a long exec.
+    /// container's lock is released once the process is in the container's
+    /// cgroup, before waiting on it: a process exec'd into a paused
+    /// container stays frozen until `resume`, which must get through, as
+    /// must `kill` and `delete`.
     pub fn exec(self, opts: &ExecOptions) -> Result<i32> {
         self.exec_inner(opts).map(|(_, code)| code)
     }
@@ -129,6 +131,7 @@ impl Container {
         crate::process::ensure_single_threaded()?;
         self.check_can_exec(opts.ignore_paused)?;
         check_process(&opts.process)?;
+        let affinity = crate::sched::exec_affinity(&opts.process)?;
         let spec = self.config()?;
         self.seal_if_needed(&spec, &opts.process)?;
         let terminal = opts.process.terminal().unwrap_or(false);
@@ -146,7 +149,18 @@ impl Container {
             process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
         }
         process.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
-        let mut cfg = ExecConfig { joins, stdio: opts.stdio, cgroup_tasks: Vec::new(), cgroup_unified: None, process };
+        process.personality = crate::personality::from_spec(&spec);
+        process.mempolicy = crate::mempolicy::from_spec(&spec)?;
+        // No mount namespace to join: the process goes into init's root.
+        let root = match self.rec.host_root_mount {
+            Some(_) => Some(sys::fs::open_path(
+                Path::new(&format!("/proc/{}/root", self.rec.pid)),
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+            )?),
+            None => None,
+        };
+        let mut cfg =
+            ExecConfig { joins, stdio: opts.stdio, cgroup_tasks: Vec::new(), cgroup_unified: None, process, root };
         let cgroup = self.cgroup()?;
         let clone_into = self.self_join(cgroup.as_ref(), &mut cfg);
 
@@ -155,17 +169,18 @@ impl Container {
             nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut old))
                 .map_err(|e| SysError::bare("sigprocmask", e))?;
         }
-        let result = self.spawn(&cfg, &parent_joins, opts, clone_into.as_ref(), cgroup.as_ref()).and_then(|pid| {
-            drop(self);
-            if opts.detach {
-                return Ok((pid, 0));
-            }
-            let master = match &pair {
-                Some((ours, _)) => Some(crate::tty::recv_fd(ours)?),
-                None => None,
-            };
-            Ok((pid, crate::process::foreground::wait(pid, master)))
-        });
+        let result =
+            self.spawn(&cfg, &parent_joins, opts, clone_into.as_ref(), cgroup.as_ref(), &affinity).and_then(|pid| {
+                drop(self);
+                if opts.detach {
+                    return Ok((pid, 0));
+                }
+                let master = match &pair {
+                    Some((ours, _)) => Some(crate::tty::recv_fd(ours)?),
+                    None => None,
+                };
+                Ok((pid, crate::process::foreground::wait(pid, master)))
+            });
         if !opts.detach {
             let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         }
@@ -241,14 +256,28 @@ impl Container {
     }
 
     fn spawn(
-        &self,
+        &mut self,
         cfg: &ExecConfig,
         parent_joins: &[Join],
         opts: &ExecOptions,
         clone_into: Option<&OwnedFd>,
         cgroup: Option<&crate::cgroups::Cgroup>,
+        affinity: &crate::sched::ExecAffinity,
     ) -> Result<Pid> {
         let (ours, theirs) = sync::pair()?;
+        // The process is cloned on the initial CPUs (it inherits ours for
+        // the time being), and we go back to our own right after.
+        let own_cpus = match &affinity.initial {
+            Some(initial) => {
+                let own = nix::sched::sched_getaffinity(Pid::from_raw(0))
+                    .map_err(|e| SysError::bare("sched_getaffinity", e))?;
+                nix::sched::sched_setaffinity(Pid::from_raw(0), initial).map_err(|e| {
+                    RuntimeError::Sys(SysError::bare("sched_setaffinity (process.execCPUAffinity.initial)", e))
+                })?;
+                Some(own)
+            }
+            None => None,
+        };
         let mut restore = Vec::new();
         for j in parent_joins {
             restore.push(Join { typ: j.typ, fd: namespaces::open_own(namespaces::proc_name(j.typ))? });
@@ -265,6 +294,9 @@ impl Container {
             drop(ours);
             exec_init::main(cfg, &theirs);
         }
+        if let Some(own) = &own_cpus {
+            let _ = nix::sched::sched_setaffinity(Pid::from_raw(0), own);
+        }
         for j in &restore {
             namespaces::setns(j)?;
         }
@@ -272,6 +304,13 @@ impl Container {
         drop(theirs);
         let outcome = (|| -> Result<()> {
             self.join_exec_cgroup(pid, &opts.cgroups, cgroup)?;
+            if let Some(cpus) = &affinity.final_ {
+                nix::sched::sched_setaffinity(pid, cpus)
+                    .map_err(|e| RuntimeError::Sys(SysError::new("sched_setaffinity", format_args!("pid {pid}"), e)))?;
+            }
+            // From here on the process's set-up is its own, and may be
+            // frozen: nothing below changes the record.
+            self.lock.unlock();
             ours.send(&Msg::Go)?;
             loop {
                 match ours.recv()? {

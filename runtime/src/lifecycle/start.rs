@@ -21,31 +21,38 @@ impl Container {
                 return Err(RuntimeError::InvalidState("cannot start an already running container".into()))
             }
         }
+        let spec = self.config()?;
         let sock = self.lock.path(START_SOCKET);
         let mut conn =
             crate::state::via_start_socket(&self.lock.dir, |p| UnixStream::connect(p)).map_err(|e| match e.kind() {
                 std::io::ErrorKind::ConnectionRefused => {
                     RuntimeError::InvalidState("cannot start container: its init process exited before start".into())
                 }
+                // Another start took it (below) and is under way.
+                std::io::ErrorKind::NotFound => {
+                    RuntimeError::InvalidState("cannot start container: it is already being started".into())
+                }
                 _ => RuntimeError::io("connect to start socket", &sock, e),
             })?;
         conn.write_all(b"s").map_err(|e| RuntimeError::io("write to start socket", &sock, e))?;
+        // This start is the one: no other can connect once the socket is
+        // gone. What is left is waiting on init's startContainer hooks and
+        // execve, which must not keep `kill` or `delete` out.
+        let _ = std::fs::remove_file(&sock);
+        self.lock.unlock();
         // Init closes the connection by exec'ing (it is close-on-exec), or
         // writes why it could not.
         let mut reply = Vec::new();
         let _ = conn.read_to_end(&mut reply);
-        let _ = std::fs::remove_file(&sock);
         if !reply.is_empty() {
             let err = serde_json::from_slice::<InitError>(&reply)
                 .unwrap_or_else(|_| InitError::msg(String::from_utf8_lossy(&reply).into_owned()));
             return Err(RuntimeError::Init(err));
         }
-        let spec = self.config()?;
+        // The spec: a failing poststart hook is logged as a warning and
+        // the rest of the lifecycle goes on, as if it had succeeded.
         let st = self.hook_state("running");
-        if let Err(e) = hooks::run_all(&spec, Kind::Poststart, &st) {
-            let _ = self.signal(nix::sys::signal::Signal::SIGKILL as i32, true);
-            return Err(e);
-        }
+        hooks::run_all_warn(&spec, Kind::Poststart, &st);
         Ok(())
     }
 

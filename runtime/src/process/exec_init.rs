@@ -31,6 +31,9 @@ pub(crate) struct ExecConfig {
     pub cgroup_unified: Option<(PathBuf, String)>,
     /// The process to run.
     pub process: ProcessConfig,
+    /// The container's root (`/proc/<init>/root`) to chroot into, when the
+    /// container has no mount namespace of its own to join.
+    pub root: Option<std::os::fd::OwnedFd>,
 }
 
 /// Child entry point. Never returns.
@@ -57,6 +60,10 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
         if j.typ == oci_spec::runtime::LinuxNamespaceType::User {
             super::init::become_ns_root()?;
         }
+    }
+    if let Some(root) = &cfg.root {
+        nix::unistd::fchdir(root.as_raw_fd()).map_err(|e| InitError::path("chdir", "the container's root", e))?;
+        nix::unistd::chroot(".").map_err(|e| InitError::path("chroot", "the container's root", e))?;
     }
     // Nothing of the host may stay open once inside: see init's close_host_fds.
     let mut keep = vec![chan.as_raw_fd()];

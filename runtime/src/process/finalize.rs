@@ -61,6 +61,14 @@ pub(crate) struct ProcessConfig {
     pub apparmor: Option<String>,
     /// `process.selinuxLabel`, when set.
     pub selinux: Option<String>,
+    /// `linux.personality`, as the persona to set.
+    pub personality: Option<libc::c_ulong>,
+    /// `linux.memoryPolicy`, ready for set_mempolicy(2).
+    pub mempolicy: Option<crate::mempolicy::MemPolicy>,
+    /// `process.scheduler`, ready for sched_setattr(2).
+    pub scheduler: Option<crate::sys::SchedAttr>,
+    /// `process.ioPriority`, ready for ioprio_set(2).
+    pub io_priority: Option<i32>,
 }
 
 /// What [`exec`] runs: resolved by [`prepare`] while the container's
@@ -68,6 +76,13 @@ pub(crate) struct ProcessConfig {
 pub(crate) struct Program {
     exe: CString,
     env: Vec<CString>,
+}
+
+impl Program {
+    /// The environment the program will have.
+    pub(crate) fn env(&self) -> &[CString] {
+        &self.env
+    }
 }
 
 /// First thing in every container process: take the stdio it was given,
@@ -132,6 +147,14 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
         }
     }
     crate::rlimits::apply(&p.rlimits)?;
+    // Before seccomp, which may deny both calls.
+    if let Some(persona) = p.personality {
+        crate::personality::apply(persona)?;
+    }
+    if let Some(m) = &p.mempolicy {
+        m.apply()?;
+    }
+    crate::sched::apply(p.scheduler.as_ref(), p.io_priority)?;
     // chdir before dropping privileges (the directory may be closed to the
     // user), and check afterwards that it is inside the new root.
     nix::unistd::chdir(&p.cwd).map_err(|e| InitError::path("chdir", &p.cwd, e).field("process.cwd"))?;

@@ -107,7 +107,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     rootfs::apply_sysctl(&root, cfg.spec)?;
     rootfs::protect_paths(&rootfs::Real, &root, cfg.spec)?;
     root.mkdir_all(&cfg.process.cwd, 0o755).map_err(|e| InitError::from(e).field("process.cwd"))?;
-    rootfs::enter(&rootfs::Real, root, cfg.spec, cfg.no_pivot)?;
+    rootfs::enter(&rootfs::Real, root, cfg.spec, cfg.no_pivot, cfg.plan.own_mount_ns())?;
     // 7. The path every container process shares with `exec`.
     let program = finalize::prepare(&cfg.process, chan, true)?;
     // 8. Ready; outlive the runtime once it has recorded us; wait for start.
@@ -120,14 +120,16 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     wait_for_start_and_exec(cfg, host_pid, &program)
 }
 
-/// Step 3: loopback, hostname and domainname in new namespaces, a session
+/// Step 3: loopback in a new network namespace, hostname and domainname in
+/// the container's UTS namespace (new or joined), a session
 /// keyring of our own, `oomScoreAdj`; then umask 0 for what init makes.
 fn set_up_namespaces(cfg: &InitConfig) -> Step {
     let plan = cfg.plan;
     if plan.is_new(LinuxNamespaceType::Network) && cfg.loopback {
         sys::loopback_up()?;
     }
-    if plan.is_new(LinuxNamespaceType::Uts) {
+    // A UTS namespace joined by path gets the names too, as under runc.
+    if plan.is_new(LinuxNamespaceType::Uts) || plan.joins.iter().any(|j| j.typ == LinuxNamespaceType::Uts) {
         if let Some(h) = cfg.spec.hostname().as_deref() {
             nix::unistd::sethostname(h).map_err(|e| InitError::value("sethostname", format_args!("{h:?}"), e))?;
         }
@@ -164,6 +166,7 @@ fn build_rootfs(cfg: &InitConfig, chan: &Channel) -> Result<Root, InitError> {
         cgroup_ns: plan.is_new(LinuxNamespaceType::Cgroup),
         cgroup_hierarchies: &cfg.cgroup_hierarchies,
         kernel: &rootfs::Real,
+        own_mount_ns: plan.own_mount_ns(),
     };
     let mut joined = false;
     let mut in_cgroup = || -> Step {
@@ -192,7 +195,10 @@ fn run_create_hooks(cfg: &InitConfig, chan: &Channel) -> Result<i32, InitError> 
         Some(other) => return Err(sync::unexpected(&other, Some(&Msg::HooksDone(0)))),
         None => return Err(InitError::other("sync with the runtime", "it went away while running hooks")),
     };
-    hooks::run_all_in_container(cfg.spec, Kind::CreateContainer, &hook_state(cfg, host_pid, "created"))?;
+    // The process's environment as runc's init holds it then: HOME comes later.
+    let env: Vec<std::ffi::CString> =
+        cfg.process.env.iter().filter_map(|e| std::ffi::CString::new(e.as_str()).ok()).collect();
+    hooks::run_all_in_container(cfg.spec, Kind::CreateContainer, &hook_state(cfg, host_pid, "created"), Some(&env))?;
     Ok(host_pid)
 }
 
@@ -302,7 +308,8 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &finalize::
         let _ = nix::unistd::write(&conn, &serde_json::to_vec(&e).unwrap_or_default());
         sys::exit_child(127)
     };
-    if let Err(e) = hooks::run_all_in_container(cfg.spec, Kind::StartContainer, &hook_state(cfg, host_pid, "created")) {
+    let st = hook_state(cfg, host_pid, "created");
+    if let Err(e) = hooks::run_all_in_container(cfg.spec, Kind::StartContainer, &st, Some(program.env())) {
         return fail(e);
     }
     fail(finalize::exec(&cfg.process, program))

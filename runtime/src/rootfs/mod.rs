@@ -45,6 +45,11 @@ pub(crate) struct Options<'a> {
     pub cgroup_hierarchies: &'a [crate::cgroups::Mount],
     /// Mounts, device nodes, pivot_root: [`Real`], or a fake in tests.
     pub kernel: &'a dyn Kernel,
+    /// The container has a mount namespace (new or joined). Without one, as
+    /// runc allows, the mounts are made in the host's namespace under a
+    /// private bind of the rootfs that `delete` detaches whole, and the
+    /// root is entered with chroot.
+    pub own_mount_ns: bool,
 }
 
 /// Turns the bundle's rootfs into a populated mount tree: propagation, the
@@ -68,10 +73,18 @@ pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) ->
         return Err(InitError::other("set propagation", why).field("linux.rootfsPropagation"));
     }
     let k = o.kernel;
-    k.mount_at(None, "/", None, first, None, "/")?;
     let rootfs = o.rootfs.to_str().ok_or_else(|| InitError::other("bind rootfs", "the path is not UTF-8"))?;
-    // pivot_root needs the new root to be a mount point.
+    if o.own_mount_ns {
+        k.mount_at(None, "/", None, first, None, "/")?;
+    }
+    // pivot_root needs the new root to be a mount point; without a mount
+    // namespace, it is what `delete` unmounts to take every mount away.
     k.mount_at(Some(rootfs), rootfs, None, MsFlags::MS_BIND | MsFlags::MS_REC, None, rootfs)?;
+    if !o.own_mount_ns {
+        // The host's propagation stays as it is; only the container's tree
+        // is cut off from the host's peers, both ways.
+        k.mount_at(None, rootfs, None, MsFlags::MS_PRIVATE | MsFlags::MS_REC, None, rootfs)?;
+    }
     let root = Root::open(o.rootfs)?;
 
     let mut dev_is_bind = false;
@@ -124,11 +137,15 @@ pub(crate) fn protect_paths(k: &dyn Kernel, root: &Root, spec: &Spec) -> Result<
 
 /// Makes the rootfs `/`: `pivot_root` and a lazy unmount of the old root,
 /// or, with `no_pivot`, MS_MOVE + chroot (for roots on a ramfs).
-pub(crate) fn enter(k: &dyn Kernel, root: Root, spec: &Spec, no_pivot: bool) -> Result<()> {
+/// Without a mount namespace of the container's own (`own_mount_ns`
+/// false), chroot only: the host's root must stay where it is.
+pub(crate) fn enter(k: &dyn Kernel, root: Root, spec: &Spec, no_pivot: bool, own_mount_ns: bool) -> Result<()> {
     let rootfs = root.describe(Path::new("/"));
     let dir = crate::sys::fs::reopen_dir(&root_fd(&root)?).map_err(|e| InitError::path("open", &rootfs, e))?;
     k.fchdir(dir.as_fd()).map_err(|e| InitError::path("chdir", &rootfs, e))?;
-    if no_pivot {
+    if !own_mount_ns {
+        k.chroot_here().map_err(|e| InitError::path("chroot", &rootfs, e))?;
+    } else if no_pivot {
         k.mount_at(Some("."), "/", None, MsFlags::MS_MOVE, None, "/")?;
         k.chroot_here().map_err(|e| InitError::path("chroot", &rootfs, e))?;
     } else {
@@ -167,6 +184,57 @@ fn root_fd(root: &Root) -> Result<std::os::fd::OwnedFd> {
         .map_err(|e| InitError::path("dup fd of", root.describe(Path::new("/")), crate::sys::io_errno(&e)))
 }
 
+/// The id of the mount on top at `path` in the caller's mount namespace
+/// (the last `/proc/self/mountinfo` line mounted there), if any. The
+/// runtime compares it before and after `create` to know whether the
+/// rootfs bind on the host is the container's, before unmounting it.
+pub(crate) fn top_mount_id(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let want = path.as_os_str().as_bytes();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().rev().find_map(|l| {
+        let mut f = l.split(' ');
+        let id = f.next()?.parse().ok()?;
+        let point = f.nth(3)?;
+        (unescape_mountinfo(point.as_bytes()) == want).then_some(id)
+    })
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'3').contains(&d[0]) && (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) if b[i] == b'\\' => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            _ => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Detaches the container's rootfs bind from the host's mount namespace
+/// (and every mount under it), if the mount on top there is still
+/// `mount_id`: a container made without a mount namespace of its own.
+pub(crate) fn detach_host_root(rootfs: &Path, mount_id: u64) -> std::result::Result<(), crate::error::SysError> {
+    if top_mount_id(rootfs) != Some(mount_id) {
+        return Ok(());
+    }
+    match nix::mount::umount2(rootfs, nix::mount::MntFlags::MNT_DETACH) {
+        Ok(()) | Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOENT) => Ok(()),
+        Err(e) => Err(crate::error::SysError::new("unmount", rootfs.display(), e)),
+    }
+}
+
 /// Removes `path` if the image has a symlink there, so that what the runtime
 /// makes at that path is a real file or node, not whatever the link names.
 pub(crate) fn replace_symlink(root: &Root, path: &Path) -> Result<()> {
@@ -200,4 +268,13 @@ pub(crate) fn bind_console(k: &dyn Kernel, slave: &std::os::fd::OwnedFd) -> Resu
     let target = root.ensure(console, true)?;
     let (target, source) = (crate::sys::fs::fd_path(&target), crate::sys::fs::fd_path(slave));
     k.mount_at(Some(&source), &target, None, MsFlags::MS_BIND, None, "/dev/console")
+}
+
+#[cfg(test)]
+mod mountinfo_tests {
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(super::unescape_mountinfo(br"/a\040b\134c\011"), b"/a b\\c\t");
+        assert_eq!(super::unescape_mountinfo(br"/x\9y\04"), br"/x\9y\04", "not an escape: kept");
+    }
 }

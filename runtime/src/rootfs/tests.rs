@@ -67,6 +67,7 @@ fn options<'a>(w: &'a World, k: &'a Fake, in_user_ns: bool) -> Options<'a> {
         cgroup_ns: false,
         cgroup_hierarchies: &[],
         kernel: k,
+        own_mount_ns: true,
     }
 }
 
@@ -79,7 +80,7 @@ fn run(w: &World, k: &Fake, in_user_ns: bool, no_pivot: bool) -> Result<()> {
     })?;
     assert_eq!(joined, 1, "in_cgroup runs once, before prepare returns");
     protect_paths(k, &root, &w.spec)?;
-    enter(k, root, &w.spec, no_pivot)
+    enter(k, root, &w.spec, no_pivot, true)
 }
 
 fn mount_flags(k: &Fake, dst: &str) -> Vec<MsFlags> {

@@ -45,6 +45,12 @@ fn with_field(bytes: &[u8], e: serde_json::Error) -> String {
 /// Drops what runc accepts and ignores, warning about each, so that the
 /// saved config holds only what is applied.
 fn ignore_deprecated(spec: &mut Spec) {
+    // A Windows field (the spec says so), which runc ignores on Linux.
+    if let Some(mut p) = spec.process().clone().filter(|p| p.command_line().is_some()) {
+        crate::warn::warn("process.commandLine is ignored: it is a Windows field; process.args is run");
+        p.set_command_line(None);
+        spec.set_process(Some(p));
+    }
     let Some(mut linux) = spec.linux().clone() else { return };
     let Some(mut r) = linux.resources().clone() else { return };
     let warnings = crate::cgroups::drop_ignored(&mut r);

@@ -21,6 +21,7 @@ pub(crate) fn validate(spec: &Spec) -> Result<()> {
     check_resources(spec)?;
     check_security(spec)?;
     check_unsupported(spec)?;
+    crate::mempolicy::from_spec(spec)?;
     Ok(())
 }
 
@@ -88,11 +89,18 @@ fn check_namespaces(spec: &Spec) -> Result<()> {
     if maps && !new_user {
         return Err(invalid("linux.uidMappings/gidMappings are set but no new user namespace is asked for"));
     }
-    let private_uts = nss.iter().any(|n| n.typ() == LinuxNamespaceType::Uts && n.path().is_none());
-    if !private_uts && spec.hostname().as_ref().is_some_and(|h| !h.is_empty()) {
+    // As runc: a UTS namespace of the container's, new or joined by path
+    // (the names are then set in the joined one). One "joined" that is the
+    // runtime's own is not the container's: setting names there would
+    // rename the host, which runc would do and tinyrun refuses.
+    let own_uts = nss.iter().any(|n| {
+        n.typ() == LinuxNamespaceType::Uts
+            && n.path().as_ref().is_none_or(|p| !crate::namespaces::is_own_path(LinuxNamespaceType::Uts, p))
+    });
+    if !own_uts && spec.hostname().as_ref().is_some_and(|h| !h.is_empty()) {
         return Err(invalid("hostname: can't set a hostname without a private UTS namespace"));
     }
-    if !private_uts && spec.domainname().as_ref().is_some_and(|h| !h.is_empty()) {
+    if !own_uts && spec.domainname().as_ref().is_some_and(|h| !h.is_empty()) {
         return Err(invalid("domainname: can't set a domainname without a private UTS namespace"));
     }
     let has_time = nss.iter().any(|n| n.typ() == LinuxNamespaceType::Time);
@@ -203,33 +211,20 @@ fn check_security(spec: &Spec) -> Result<()> {
     crate::lsm::check(spec)
 }
 
-/// Fields that parse but that this build does not implement. Silently
-/// ignoring any of them would weaken the box the caller asked for.
+/// Fields that parse but that this build does not implement (runc 1.1
+/// ignores netDevices; it implements intelRdt, refused here). Silently
+/// ignoring any of them would weaken or change the container the caller
+/// asked for, so they are refused by name.
 fn check_unsupported(spec: &Spec) -> Result<()> {
     let unsupported = |field: &str| Err(RuntimeError::unsupported(field, "not implemented by tinyrun"));
     if let Some(p) = spec.process() {
-        if p.scheduler().is_some() {
-            return unsupported("process.scheduler");
-        }
-        if p.io_priority().is_some() {
-            return unsupported("process.ioPriority");
-        }
-        if p.exec_cpu_affinity().is_some() {
-            return unsupported("process.execCPUAffinity");
-        }
-        if p.command_line().is_some() {
-            return unsupported("process.commandLine");
-        }
+        crate::sched::scheduler(p)?;
+        crate::sched::io_priority(p)?;
+        crate::sched::exec_affinity(p)?;
     }
     if let Some(l) = spec.linux() {
         if l.intel_rdt().is_some() {
             return unsupported("linux.intelRdt");
-        }
-        if l.personality().is_some() {
-            return unsupported("linux.personality");
-        }
-        if l.memory_policy().is_some() {
-            return unsupported("linux.memoryPolicy");
         }
         if l.net_devices().as_ref().is_some_and(|d| !d.is_empty()) {
             return unsupported("linux.netDevices");
@@ -313,8 +308,14 @@ mod tests {
 
     #[test]
     fn unimplemented_fields_are_named() {
-        let e = err(serde_json::json!({"linux": {"personality": {"domain": "LINUX32"}}}));
-        assert!(e.contains("linux.personality"), "{e}");
+        let e = err(serde_json::json!({"linux": {"netDevices": {"eth1": {"name": "ctr1"}}}}));
+        assert!(e.contains("linux.netDevices"), "{e}");
+        // Implemented now: accepted, or refused only for a value runc refuses too.
+        validate(&spec(serde_json::json!({"linux": {"personality": {"domain": "LINUX32"}}}))).unwrap();
+        let e = err(serde_json::json!({"linux": {"memoryPolicy": {"mode": "MPOL_BIND"}}}));
+        assert!(e.contains("linux.memoryPolicy") && e.contains("at least one node"), "{e}");
+        let e = err(serde_json::json!({"process": {"ioPriority": {"class": "IOPRIO_CLASS_BE", "priority": 9}}}));
+        assert!(e.contains("process.ioPriority"), "{e}");
         let e = err(
             serde_json::json!({"mounts": [{"destination": "/x", "type": "bind", "source": "/tmp", "options": ["idmap"]}]}),
         );
