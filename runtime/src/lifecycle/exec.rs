@@ -267,17 +267,7 @@ impl Container {
         let (ours, theirs) = sync::pair()?;
         // The process is cloned on the initial CPUs (it inherits ours for
         // the time being), and we go back to our own right after.
-        let own_cpus = match &affinity.initial {
-            Some(initial) => {
-                let own = nix::sched::sched_getaffinity(Pid::from_raw(0))
-                    .map_err(|e| SysError::bare("sched_getaffinity", e))?;
-                nix::sched::sched_setaffinity(Pid::from_raw(0), initial).map_err(|e| {
-                    RuntimeError::Sys(SysError::bare("sched_setaffinity (process.execCPUAffinity.initial)", e))
-                })?;
-                Some(own)
-            }
-            None => None,
-        };
+        let own_cpus = enter_initial_cpus(affinity)?;
         let mut restore = Vec::new();
         for j in parent_joins {
             restore.push(Join { typ: j.typ, fd: namespaces::open_own(namespaces::proc_name(j.typ))? });
@@ -302,29 +292,7 @@ impl Container {
         }
         let Forked::Parent(pid) = forked? else { unreachable_child() };
         drop(theirs);
-        let outcome = (|| -> Result<()> {
-            self.join_exec_cgroup(pid, &opts.cgroups, cgroup)?;
-            if let Some(cpus) = &affinity.final_ {
-                nix::sched::sched_setaffinity(pid, cpus)
-                    .map_err(|e| RuntimeError::Sys(SysError::new("sched_setaffinity", format_args!("pid {pid}"), e)))?;
-            }
-            // From here on the process's set-up is its own, and may be
-            // frozen: nothing below changes the record.
-            self.lock.unlock();
-            ours.send(&Msg::Go)?;
-            loop {
-                match ours.recv()? {
-                    None => return Ok(()),
-                    Some(Msg::SeccompFd) => {
-                        let fd = ours.recv_fd()?;
-                        self.seccomp_agent(cfg, pid, &fd)?;
-                        ours.send(&Msg::SeccompDone)?;
-                    }
-                    Some(Msg::Error(e)) => return Err(RuntimeError::Exec(e)),
-                    Some(m) => return Err(RuntimeError::Exec(sync::unexpected(&m, None))),
-                }
-            }
-        })();
+        let outcome = self.converse(cfg, pid, &ours, opts, cgroup, affinity);
         if let Err(e) = outcome {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             let _ = nix::sys::wait::waitpid(pid, None);
@@ -334,6 +302,41 @@ impl Container {
             crate::state::write_atomic(p, pid.as_raw().to_string().as_bytes(), 0o644)?;
         }
         Ok(pid)
+    }
+
+    /// The parent's side once the process exists: into its cgroup and onto
+    /// its final CPUs, then the go-ahead, then a seccomp fd to pass on,
+    /// until the channel closes at its exec.
+    fn converse(
+        &mut self,
+        cfg: &ExecConfig,
+        pid: Pid,
+        ours: &sync::Channel,
+        opts: &ExecOptions,
+        cgroup: Option<&crate::cgroups::Cgroup>,
+        affinity: &crate::sched::ExecAffinity,
+    ) -> Result<()> {
+        self.join_exec_cgroup(pid, &opts.cgroups, cgroup)?;
+        if let Some(cpus) = &affinity.final_ {
+            nix::sched::sched_setaffinity(pid, cpus)
+                .map_err(|e| RuntimeError::Sys(SysError::new("sched_setaffinity", format_args!("pid {pid}"), e)))?;
+        }
+        // From here on the process's set-up is its own, and may be
+        // frozen: nothing below changes the record.
+        self.lock.unlock();
+        ours.send(&Msg::Go)?;
+        loop {
+            match ours.recv()? {
+                None => return Ok(()),
+                Some(Msg::SeccompFd) => {
+                    let fd = ours.recv_fd()?;
+                    self.seccomp_agent(cfg, pid, &fd)?;
+                    ours.send(&Msg::SeccompDone)?;
+                }
+                Some(Msg::Error(e)) => return Err(RuntimeError::Exec(e)),
+                Some(m) => return Err(RuntimeError::Exec(sync::unexpected(&m, None))),
+            }
+        }
     }
 
     /// Hands an exec'd process's seccomp notification fd to the agent, with
@@ -398,4 +401,14 @@ fn check_process(p: &Process) -> Result<()> {
 pub fn load_process(path: &Path) -> Result<Process> {
     let bytes = std::fs::read(path).map_err(|e| RuntimeError::io("read process file", path, e))?;
     serde_json::from_slice(&bytes).map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", path.display())))
+}
+
+/// Moves the runtime onto `process.execCPUAffinity.initial` for the clone,
+/// returning the CPUs to go back to.
+fn enter_initial_cpus(affinity: &crate::sched::ExecAffinity) -> Result<Option<nix::sched::CpuSet>> {
+    let Some(initial) = &affinity.initial else { return Ok(None) };
+    let own = nix::sched::sched_getaffinity(Pid::from_raw(0)).map_err(|e| SysError::bare("sched_getaffinity", e))?;
+    nix::sched::sched_setaffinity(Pid::from_raw(0), initial)
+        .map_err(|e| RuntimeError::Sys(SysError::bare("sched_setaffinity (process.execCPUAffinity.initial)", e)))?;
+    Ok(Some(own))
 }
