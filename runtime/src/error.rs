@@ -45,6 +45,10 @@ pub enum CgroupError {
     /// `linux.cgroupsPath` can't be used.
     #[error("{0}")]
     Path(String),
+    /// A rootless container without a cgroup of its own asks for a limit
+    /// (runc's words).
+    #[error("{0}")]
+    Rootless(String),
     /// `--systemd-cgroup` without systemd.
     #[error("--systemd-cgroup: systemd is not running on this host (no /run/systemd/system); drop the flag to use the cgroupfs driver")]
     NoSystemd,

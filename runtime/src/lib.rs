@@ -13,6 +13,7 @@ mod error;
 mod exe;
 pub mod features;
 mod hooks;
+mod idmap;
 mod lifecycle;
 mod lsm;
 mod mempolicy;

@@ -24,6 +24,7 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         preserve_fds: a.preserve_fds,
         listen_fds: listen_fds(log),
         systemd_cgroup: cli.systemd_cgroup,
+        rootless_cgroups: super::rootless_cgroups(cli)?,
         detach,
         stdio: None,
         die_with_runtime: false,

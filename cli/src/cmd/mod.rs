@@ -64,6 +64,18 @@ pub(crate) fn state_root(cli: &Cli) -> PathBuf {
     }
 }
 
+/// `--rootless`: whether the caller may lack permission for cgroups. As in
+/// runc, `auto` (the default) means yes for a non-root caller and for root
+/// inside a user namespace, unless the systemd driver manages the cgroups.
+pub(crate) fn rootless_cgroups(cli: &Cli) -> anyhow::Result<bool> {
+    match cli.rootless.as_deref().unwrap_or("auto") {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        "auto" => Ok(!cli.systemd_cgroup && (!nix::unistd::geteuid().is_root() || in_user_namespace())),
+        other => anyhow::bail!("invalid --rootless value {other:?}: want true, false or auto"),
+    }
+}
+
 fn honor_xdg() -> bool {
     if nix::unistd::geteuid().as_raw() != 0 {
         return true;

@@ -48,6 +48,7 @@ mod manager;
 mod open;
 mod path;
 mod read;
+mod rootless;
 pub(crate) mod stats;
 mod v1;
 

@@ -40,6 +40,10 @@ pub struct CreateOptions {
     pub listen_fds: u32,
     /// `--systemd-cgroup`: recorded so later commands behave the same.
     pub systemd_cgroup: bool,
+    /// The caller may lack permission for cgroups (runc's `--rootless`):
+    /// with no `cgroupsPath`, the container then runs without a cgroup of
+    /// its own, and a limit is refused.
+    pub rootless_cgroups: bool,
     /// The runtime returns while the container runs (create, run -d).
     pub detach: bool,
     /// fds to become init's stdin, stdout and stderr (default: ours).
@@ -92,7 +96,7 @@ impl Runtime {
 struct CreateHost<'a> {
     id: &'a str,
     bundle: &'a Bundle,
-    cgroup: &'a Cgroup,
+    cgroup: Option<&'a Cgroup>,
     resources: &'a LinuxResources,
     devices: &'a [LinuxDevice],
     /// The hybrid cgroup2 directory to clone init into, when init joins the
@@ -105,13 +109,15 @@ impl Host for CreateHost<'_> {
         if let Some(fd) = self.clone_into.take() {
             return Ok(Some(fd));
         }
-        Ok(self.cgroup.prepare(self.resources, self.devices)?)
+        let Some(cg) = self.cgroup else { return Ok(None) };
+        Ok(cg.prepare(self.resources, self.devices)?)
     }
 
     /// Makes the cgroup (if `cgroup_fd` did not), applies linux.resources
     /// and moves init in, while init still waits for Go.
     fn join_cgroup(&mut self, pid: Pid) -> Result<()> {
-        Ok(self.cgroup.join(pid, self.resources, self.devices)?)
+        let Some(cg) = self.cgroup else { return Ok(()) };
+        Ok(cg.join(pid, self.resources, self.devices)?)
     }
 
     /// prestart hooks read the status `created` (crun, and the spec's
@@ -154,23 +160,30 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let resources = linux.and_then(|l| l.resources().clone()).unwrap_or_default();
     let devices = linux.and_then(|l| l.devices().clone()).unwrap_or_default();
     let cgroups_path = linux.and_then(|l| l.cgroups_path().as_ref()).map(|p| p.to_string_lossy().into_owned());
-    let cgroup = Cgroup::for_create(cgroups_path.as_deref(), id, opts.systemd_cgroup, Some(&resources))?;
+    let cgroup = if opts.rootless_cgroups && !opts.systemd_cgroup {
+        Cgroup::for_rootless_create(cgroups_path.as_deref(), id, &resources)?
+    } else {
+        Some(Cgroup::for_create(cgroups_path.as_deref(), id, opts.systemd_cgroup, Some(&resources))?)
+    };
     // A failed create leaves no cgroup (init is already dead then), and no
     // mount on the host, behind.
     let undo_cgroup = |e: RuntimeError| {
         if let Some(h) = &host_root {
             h.undo();
         }
-        match cgroup.destroy() {
+        match cgroup.as_ref().map_or(Ok(()), Cgroup::destroy) {
             Ok(()) => e,
             Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c.into()) },
         }
     };
-    let clone_into = self_join(&cgroup, &resources, &devices, &mut cfg).map_err(undo_cgroup)?;
-    let mut host = CreateHost { id, bundle, cgroup: &cgroup, resources: &resources, devices: &devices, clone_into };
+    let clone_into = match &cgroup {
+        Some(cg) => self_join(cg, &resources, &devices, &mut cfg).map_err(undo_cgroup)?,
+        None => None,
+    };
+    let mut host = CreateHost { id, bundle, cgroup: cgroup.as_ref(), resources: &resources, devices: &devices, clone_into };
     let launched = launch::launch(&cfg, &mut host).map_err(undo_cgroup)?;
     let host_root_mount = host_root.as_ref().and_then(HostRoot::made);
-    match record(lock, &cfg, opts, &cgroup, launched.pid, created, host_root_mount) {
+    match record(lock, &cfg, opts, cgroup.as_ref(), launched.pid, created, host_root_mount) {
         Ok(rec) => {
             launched.commit().map_err(undo_cgroup)?;
             Ok(rec)
@@ -241,7 +254,7 @@ fn record(
     lock: &StateDir,
     cfg: &InitConfig,
     opts: &CreateOptions,
-    cgroup: &Cgroup,
+    cgroup: Option<&Cgroup>,
     pid: Pid,
     created: String,
     host_root_mount: Option<(PathBuf, u64)>,
@@ -259,7 +272,7 @@ fn record(
         annotations: cfg.spec.annotations().clone().unwrap_or_default(),
         systemd_cgroup: opts.systemd_cgroup,
         own_pid_ns: cfg.plan.is_new(LinuxNamespaceType::Pid),
-        cgroup_path: Some(cgroup.recorded().to_string()),
+        cgroup_path: cgroup.map(|c| c.recorded().to_string()),
         init_exe: crate::state::proc_exe(pid.as_raw()),
         ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, cfg.plan.other_user_ns()),
         host_root_mount,
@@ -323,5 +336,6 @@ fn init_config<'a>(
         cgroup_tasks: Vec::new(),
         cgroup_unified: None,
         cgroup_hierarchies: Vec::new(),
+        maps_dumpable: crate::idmap::needs_dumpable_child(),
     })
 }

@@ -136,7 +136,14 @@ impl Container {
         self.seal_if_needed(&spec, &opts.process)?;
         let terminal = opts.process.terminal().unwrap_or(false);
         super::check_terminal(terminal, opts.detach, opts.console_socket.is_some())?;
-        let (joins, parent_joins) = self.namespace_fds(&spec)?;
+        let (joins, mut parent_joins) = self.namespace_fds(&spec)?;
+        // Without privilege over the container's user namespace, the runtime
+        // can't join its pid namespace: the child does, after the user one.
+        let late_joins = if crate::idmap::needs_dumpable_child() && joins.iter().any(|j| j.typ == LinuxNamespaceType::User) {
+            std::mem::take(&mut parent_joins)
+        } else {
+            Vec::new()
+        };
         let socket = super::connect_console_socket(opts.console_socket.as_deref())?;
         // A foreground terminal: the process sends the pty master to us.
         let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };
@@ -160,7 +167,7 @@ impl Container {
             None => None,
         };
         let mut cfg =
-            ExecConfig { joins, stdio: opts.stdio, cgroup_tasks: Vec::new(), cgroup_unified: None, process, root };
+            ExecConfig { joins, late_joins, stdio: opts.stdio, cgroup_tasks: Vec::new(), cgroup_unified: None, process, root };
         let cgroup = self.cgroup()?;
         let clone_into = self.self_join(cgroup.as_ref(), &mut cfg);
 
@@ -292,7 +299,8 @@ impl Container {
         }
         let Forked::Parent(pid) = forked? else { unreachable_child() };
         drop(theirs);
-        let outcome = self.converse(cfg, pid, &ours, opts, cgroup, affinity);
+        let mut pid = pid;
+        let outcome = self.converse(cfg, &mut pid, &ours, opts, cgroup, affinity);
         if let Err(e) = outcome {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             let _ = nix::sys::wait::waitpid(pid, None);
@@ -310,16 +318,17 @@ impl Container {
     fn converse(
         &mut self,
         cfg: &ExecConfig,
-        pid: Pid,
+        pid: &mut Pid,
         ours: &sync::Channel,
         opts: &ExecOptions,
         cgroup: Option<&crate::cgroups::Cgroup>,
         affinity: &crate::sched::ExecAffinity,
     ) -> Result<()> {
-        self.join_exec_cgroup(pid, &opts.cgroups, cgroup)?;
+        let child = *pid;
+        self.join_exec_cgroup(child, &opts.cgroups, cgroup)?;
         if let Some(cpus) = &affinity.final_ {
-            nix::sched::sched_setaffinity(pid, cpus)
-                .map_err(|e| RuntimeError::Sys(SysError::new("sched_setaffinity", format_args!("pid {pid}"), e)))?;
+            nix::sched::sched_setaffinity(child, cpus)
+                .map_err(|e| RuntimeError::Sys(SysError::new("sched_setaffinity", format_args!("pid {child}"), e)))?;
         }
         // From here on the process's set-up is its own, and may be
         // frozen: nothing below changes the record.
@@ -328,9 +337,14 @@ impl Container {
         loop {
             match ours.recv()? {
                 None => return Ok(()),
+                // The intermediate of a late pid join: done once it told us.
+                Some(Msg::Pid(p)) if *pid == child && !cfg.late_joins.is_empty() => {
+                    let _ = nix::sys::wait::waitpid(child, None);
+                    *pid = Pid::from_raw(p);
+                }
                 Some(Msg::SeccompFd) => {
                     let fd = ours.recv_fd()?;
-                    self.seccomp_agent(cfg, pid, &fd)?;
+                    self.seccomp_agent(cfg, *pid, &fd)?;
                     ours.send(&Msg::SeccompDone)?;
                 }
                 Some(Msg::Error(e)) => return Err(RuntimeError::Exec(e)),

@@ -23,6 +23,11 @@ use crate::sys;
 /// Everything the exec'd process needs, prepared before cloning.
 pub(crate) struct ExecConfig {
     pub joins: Vec<Join>,
+    /// The pid (and time) namespace, when the runtime may not join it
+    /// itself (a rootless runtime has no privilege over the container's
+    /// user namespace's pid namespace): joined after the user namespace,
+    /// then a second fork puts the program in it, as for init.
+    pub late_joins: Vec<Join>,
     /// fds to move to 0, 1 and 2 first.
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
     /// v1 `tasks` files (and the hybrid cgroup2 `cgroup.procs` with the
@@ -52,7 +57,7 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     // With the host's credentials still: a user namespace joined next
     // would not be allowed to write the host's cgroup files.
     finalize::join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
-    for j in &cfg.joins {
+    for j in cfg.joins.iter().chain(&cfg.late_joins) {
         crate::namespaces::setns(j)?;
         // Joining a user namespace keeps the host's ids, which it does not
         // map: files this process makes (a pty slave) would have no owner
@@ -70,6 +75,9 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     keep.extend(cfg.process.console);
     sys::close_fds_except(3 + cfg.process.preserved_fds, &keep)?;
     chan.expect(Msg::Go)?;
+    if !cfg.late_joins.is_empty() {
+        super::init::second_fork(chan)?;
+    }
     let program = finalize::prepare(&cfg.process, chan, false)?;
     // The program must outlive a detached `exec` (PDEATHSIG survives execve).
     finalize::die_with_parent(None)?;

@@ -70,6 +70,10 @@ pub(crate) struct InitConfig<'a> {
     pub cgroup_unified: Option<(PathBuf, String)>,
     /// The host's cgroup hierarchies (`cgroup` mounts are built from them).
     pub cgroup_hierarchies: Vec<crate::cgroups::Mount>,
+    /// The runtime can write init's id maps only while init is dumpable
+    /// (`idmap::needs_dumpable_child`): init asks for them, dumpable, and
+    /// turns non-dumpable again before anything else.
+    pub maps_dumpable: bool,
 }
 
 /// Child entry point. Never returns.
@@ -92,10 +96,14 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     }
     finalize::begin(cfg.stdio)?;
     finalize::die_with_parent(Some(Signal::SIGKILL))?;
-    chan.expect(Msg::Go)?;
+    if cfg.maps_dumpable && cfg.plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
+        maps_while_dumpable(chan, Msg::Go)?;
+    } else {
+        chan.expect(Msg::Go)?;
+    }
     finalize::join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
     // 2. Namespaces; then nothing of the host's stays open.
-    enter_namespaces(cfg.plan, chan)?;
+    enter_namespaces(cfg.plan, chan, cfg.maps_dumpable)?;
     close_host_fds(cfg, chan)?;
     // 3. What the new namespaces hold: lo, names, keyring, OOM score.
     set_up_namespaces(cfg)?;
@@ -233,7 +241,7 @@ pub(super) fn become_ns_root() -> Step {
 }
 
 /// Step 2: the user namespace first (root in it), then the others.
-fn enter_namespaces(plan: &Plan, chan: &Channel) -> Step {
+fn enter_namespaces(plan: &Plan, chan: &Channel, maps_dumpable: bool) -> Step {
     if plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
         become_ns_root()?;
     }
@@ -242,8 +250,12 @@ fn enter_namespaces(plan: &Plan, chan: &Channel) -> Step {
     }
     if plan.child_unshares_user {
         namespaces::unshare(CloneFlags::CLONE_NEWUSER)?;
-        chan.send(&Msg::MapsPlease)?;
-        chan.expect(Msg::MapsDone)?;
+        if maps_dumpable {
+            maps_while_dumpable(chan, Msg::MapsDone)?;
+        } else {
+            chan.send(&Msg::MapsPlease)?;
+            chan.expect(Msg::MapsDone)?;
+        }
         become_ns_root()?;
     }
     namespaces::unshare(plan.unshare_flags)?;
@@ -254,11 +266,22 @@ fn enter_namespaces(plan: &Plan, chan: &Channel) -> Step {
     Ok(())
 }
 
+/// Asks for our id maps and waits for `reply`, dumpable in between: only
+/// then may an unprivileged runtime (or newuidmap on its behalf) open our
+/// `uid_map`. Nothing of the container runs yet, and no process but the
+/// caller's own could attach meanwhile.
+fn maps_while_dumpable(chan: &Channel, reply: Msg) -> Step {
+    nix::sys::prctl::set_dumpable(true).map_err(|e| InitError::value("prctl", "PR_SET_DUMPABLE 1", e))?;
+    chan.send(&Msg::MapsPlease)?;
+    chan.expect(reply)?;
+    nix::sys::prctl::set_dumpable(false).map_err(|e| InitError::value("prctl", "PR_SET_DUMPABLE 0", e))
+}
+
 /// Forks the real init into the pid namespace just made. The intermediate
 /// reports its pid and leaves; CLONE_PARENT makes the runtime its parent, so
 /// PDEATHSIG and reaping work as for a direct child. A pipe holds the new
 /// init back until the runtime has its pid.
-fn second_fork(chan: &Channel) -> Step {
+pub(super) fn second_fork(chan: &Channel) -> Step {
     let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| InitError::sys("pipe2", e))?;
     match sys::clone_fork(libc::CLONE_PARENT as u64, None)? {
         Forked::Parent(pid) => {

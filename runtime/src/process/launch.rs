@@ -3,16 +3,15 @@
 //!
 //! Runs in the runtime process. See [`super::sync`] for the conversation.
 
-use std::io::Write;
 
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
-use oci_spec::runtime::{LinuxIdMapping, LinuxNamespaceType, Spec};
+use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
 use super::init::{self, InitConfig};
 use super::sync::{self, Channel, Msg};
-use crate::error::{InitError, Result, RuntimeError, SysError};
+use crate::error::{InitError, Result, RuntimeError};
 use crate::namespaces;
 use crate::sys::{self, Forked};
 
@@ -94,7 +93,16 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
 fn release(cfg: &InitConfig, child: Pid, ours: &Channel, host: &mut dyn Host) -> Result<()> {
     let plan = cfg.plan;
     if plan.clone_flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER) {
-        write_id_maps(child, cfg.spec)?;
+        if cfg.maps_dumpable {
+            // Init is dumpable until it has its maps (see idmap).
+            match ours.recv()? {
+                Some(Msg::MapsPlease) => {}
+                Some(Msg::Error(e)) => return Err(RuntimeError::Init(e)),
+                Some(m) => return Err(RuntimeError::Init(sync::unexpected(&m, Some(&Msg::MapsPlease)))),
+                None => return Err(RuntimeError::Init(died(child))),
+            }
+        }
+        crate::idmap::write(child, cfg.spec)?;
     }
     // The one place init joins its cgroup: before it runs any program
     // of the user's. On v1 the write to cgroup.procs can wait for an RCU
@@ -121,7 +129,7 @@ fn serve(cfg: &InitConfig, child: Pid, init_pid: &mut Pid, ours: &Channel, host:
     loop {
         match ours.recv()? {
             Some(Msg::MapsPlease) => {
-                write_id_maps(child, cfg.spec)?;
+                crate::idmap::write(child, cfg.spec)?;
                 ours.send(&Msg::MapsDone)?;
                 ours.send(&Msg::Joined)?;
             }
@@ -213,35 +221,4 @@ fn write_time_offsets(offsets: &std::collections::HashMap<String, oci_spec::runt
     }
     std::fs::write("/proc/self/timens_offsets", text)
         .map_err(|e| RuntimeError::io("write linux.timeOffsets to", "/proc/self/timens_offsets", e))
-}
-
-fn write_id_maps(pid: Pid, spec: &Spec) -> Result<()> {
-    let linux = spec.linux().as_ref();
-    let fmt = |maps: Option<&Vec<LinuxIdMapping>>| {
-        maps.into_iter()
-            .flatten()
-            .map(|m| format!("{} {} {}\n", m.container_id(), m.host_id(), m.size()))
-            .collect::<String>()
-    };
-    for (file, maps) in [
-        ("uid_map", linux.and_then(|l| l.uid_mappings().as_ref())),
-        ("gid_map", linux.and_then(|l| l.gid_mappings().as_ref())),
-    ] {
-        let text = fmt(maps);
-        if text.is_empty() {
-            continue;
-        }
-        let path = format!("/proc/{pid}/{file}");
-        // The kernel takes the whole map in a single write.
-        std::fs::OpenOptions::new().write(true).open(&path).and_then(|mut f| f.write_all(text.as_bytes())).map_err(
-            |e| {
-                RuntimeError::Sys(SysError::new(
-                    "write",
-                    format_args!("{path} ({})", text.trim().replace('\n', "; ")),
-                    sys::io_errno(&e),
-                ))
-            },
-        )?;
-    }
-    Ok(())
 }
