@@ -21,7 +21,15 @@ impl Cgroup {
             oom_score_adj: None,
             freezer_state: None,
         };
-        self.mgr()?.apply(&opt).map_err(self.err("apply linux.resources"))?;
+        match self.mgr()?.apply(&opt) {
+            // Loading the v2 device filter (BPF) needs privilege a rootless
+            // caller lacks; runc ignores that error for it. libcgroups
+            // stops before the `unified` entries then: write them here.
+            Err(libcgroups::common::AnyManagerError::V2(
+                libcgroups::v2::manager::V2ManagerError::DevicesController(_),
+            )) if super::rootless::unprivileged() => self.write_unified(&r)?,
+            other => other.map_err(self.err("apply linux.resources"))?,
+        }
         // libcgroups' v1 cpu controller skips a cpu block holding only a burst.
         let c = r.cpu().as_ref();
         if let (Some(burst), Layout::Legacy | Layout::Hybrid) = (c.and_then(|c| c.burst()), self.layout) {

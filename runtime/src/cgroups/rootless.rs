@@ -57,6 +57,27 @@ impl Cgroup {
     }
 }
 
+impl Cgroup {
+    /// `linux.resources.unified`, written as is (keys checked by
+    /// `check_spec`).
+    pub(super) fn write_unified(&self, r: &LinuxResources) -> Result<()> {
+        for (k, v) in r.unified().iter().flatten() {
+            let f = self.v2_dir().join(k);
+            std::fs::write(&f, v).map_err(super::io_err("write", &f))?;
+        }
+        Ok(())
+    }
+}
+
+/// Not root of the initial user namespace: no BPF, no cgroups not
+/// delegated to us.
+pub(super) fn unprivileged() -> bool {
+    !nix::unistd::geteuid().is_root()
+        || std::fs::read_to_string("/proc/self/uid_map")
+            .map(|m| m.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"])
+            .unwrap_or(false)
+}
+
 fn may_make(dir: &Path) -> bool {
     if dir.is_dir() {
         return access(&dir.join("cgroup.procs"), AccessFlags::W_OK).is_ok();
@@ -92,7 +113,9 @@ fn refuse_limits(r: &LinuxResources, layout: Layout, dir: &Path) -> Result<()> {
 /// them for a rootless container. `unified` entries need a v2 cgroup.
 fn first_limited(r: &LinuxResources, v2: bool) -> Option<&'static str> {
     let cpu = r.cpu().as_ref();
-    let cpuset = cpu.is_some_and(|c| c.cpus().as_ref().is_some_and(|s| !s.is_empty()) || c.mems().as_ref().is_some_and(|s| !s.is_empty()));
+    let cpuset = cpu.is_some_and(|c| {
+        c.cpus().as_ref().is_some_and(|s| !s.is_empty()) || c.mems().as_ref().is_some_and(|s| !s.is_empty())
+    });
     let mem = r.memory().as_ref().is_some_and(|m| {
         m.limit().is_some_and(|v| v != 0)
             || m.reservation().is_some_and(|v| v != 0)
@@ -148,7 +171,10 @@ mod tests {
     fn limits_are_named_as_runc_names_them() {
         let none = LinuxResources::default();
         assert!(refuse_limits(&none, Layout::Hybrid, Path::new("/x")).is_ok());
-        let pids = LinuxResourcesBuilder::default().pids(LinuxPidsBuilder::default().limit(10).build().unwrap()).build().unwrap();
+        let pids = LinuxResourcesBuilder::default()
+            .pids(LinuxPidsBuilder::default().limit(10).build().unwrap())
+            .build()
+            .unwrap();
         let e = refuse_limits(&pids, Layout::Hybrid, Path::new("/x")).unwrap_err().to_string();
         assert_eq!(e, "cannot set pids limit: container could not join or create cgroup");
         let both = LinuxResourcesBuilder::default()

@@ -180,7 +180,8 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
         Some(cg) => self_join(cg, &resources, &devices, &mut cfg).map_err(undo_cgroup)?,
         None => None,
     };
-    let mut host = CreateHost { id, bundle, cgroup: cgroup.as_ref(), resources: &resources, devices: &devices, clone_into };
+    let mut host =
+        CreateHost { id, bundle, cgroup: cgroup.as_ref(), resources: &resources, devices: &devices, clone_into };
     let launched = launch::launch(&cfg, &mut host).map_err(undo_cgroup)?;
     let host_root_mount = host_root.as_ref().and_then(HostRoot::made);
     match record(lock, &cfg, opts, cgroup.as_ref(), launched.pid, created, host_root_mount) {

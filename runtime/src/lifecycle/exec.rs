@@ -139,11 +139,12 @@ impl Container {
         let (joins, mut parent_joins) = self.namespace_fds(&spec)?;
         // Without privilege over the container's user namespace, the runtime
         // can't join its pid namespace: the child does, after the user one.
-        let late_joins = if crate::idmap::needs_dumpable_child() && joins.iter().any(|j| j.typ == LinuxNamespaceType::User) {
-            std::mem::take(&mut parent_joins)
-        } else {
-            Vec::new()
-        };
+        let late_joins =
+            if crate::idmap::needs_dumpable_child() && joins.iter().any(|j| j.typ == LinuxNamespaceType::User) {
+                std::mem::take(&mut parent_joins)
+            } else {
+                Vec::new()
+            };
         let socket = super::connect_console_socket(opts.console_socket.as_deref())?;
         // A foreground terminal: the process sends the pty master to us.
         let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };
@@ -166,8 +167,15 @@ impl Container {
             )?),
             None => None,
         };
-        let mut cfg =
-            ExecConfig { joins, late_joins, stdio: opts.stdio, cgroup_tasks: Vec::new(), cgroup_unified: None, process, root };
+        let mut cfg = ExecConfig {
+            joins,
+            late_joins,
+            stdio: opts.stdio,
+            cgroup_tasks: Vec::new(),
+            cgroup_unified: None,
+            process,
+            root,
+        };
         let cgroup = self.cgroup()?;
         let clone_into = self.self_join(cgroup.as_ref(), &mut cfg);
 

@@ -3,7 +3,6 @@
 //!
 //! Runs in the runtime process. See [`super::sync`] for the conversation.
 
-
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
