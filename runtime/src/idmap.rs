@@ -35,7 +35,8 @@ pub(crate) fn needs_dumpable_child() -> bool {
     !nix::unistd::geteuid().is_root() || in_user_namespace()
 }
 
-fn in_user_namespace() -> bool {
+/// Whether this process runs in a user namespace other than the initial one.
+pub(crate) fn in_user_namespace() -> bool {
     std::fs::read_to_string("/proc/self/uid_map")
         .map(|m| m.split_whitespace().collect::<Vec<_>>() != ["0", "0", "4294967295"])
         .unwrap_or(false)

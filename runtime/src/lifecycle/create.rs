@@ -338,5 +338,6 @@ fn init_config<'a>(
         cgroup_unified: None,
         cgroup_hierarchies: Vec::new(),
         maps_dumpable: crate::idmap::needs_dumpable_child(),
+        runtime_in_user_ns: crate::idmap::in_user_namespace(),
     })
 }

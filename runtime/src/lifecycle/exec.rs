@@ -137,14 +137,12 @@ impl Container {
         let terminal = opts.process.terminal().unwrap_or(false);
         super::check_terminal(terminal, opts.detach, opts.console_socket.is_some())?;
         let (joins, mut parent_joins) = self.namespace_fds(&spec)?;
-        // Without privilege over the container's user namespace, the runtime
-        // can't join its pid namespace: the child does, after the user one.
+        // Without privilege in the initial user namespace, the runtime may
+        // not join the container's pid namespace (no CAP_SYS_ADMIN over its
+        // user namespace) or not return to its own (owned by the initial
+        // one): the child joins it, after the user namespace.
         let late_joins =
-            if crate::idmap::needs_dumpable_child() && joins.iter().any(|j| j.typ == LinuxNamespaceType::User) {
-                std::mem::take(&mut parent_joins)
-            } else {
-                Vec::new()
-            };
+            if crate::idmap::needs_dumpable_child() { std::mem::take(&mut parent_joins) } else { Vec::new() };
         let socket = super::connect_console_socket(opts.console_socket.as_deref())?;
         // A foreground terminal: the process sends the pty master to us.
         let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };

@@ -74,6 +74,9 @@ pub(crate) struct InitConfig<'a> {
     /// (`idmap::needs_dumpable_child`): init asks for them, dumpable, and
     /// turns non-dumpable again before anything else.
     pub maps_dumpable: bool,
+    /// The runtime itself runs in a user namespace other than the initial
+    /// one (rootless podman runs it as root of its own).
+    pub runtime_in_user_ns: bool,
 }
 
 /// Child entry point. Never returns.
@@ -170,7 +173,9 @@ fn build_rootfs(cfg: &InitConfig, chan: &Channel) -> Result<Root, InitError> {
         spec: cfg.spec,
         rootfs: cfg.rootfs,
         bundle: cfg.bundle,
-        in_user_ns: plan.user_ns(),
+        // Devices are bind-mounted, not made, in a user namespace: the
+        // container's, or the one a rootless engine runs the runtime in.
+        in_user_ns: plan.user_ns() || cfg.runtime_in_user_ns,
         cgroup_ns: plan.is_new(LinuxNamespaceType::Cgroup),
         cgroup_hierarchies: &cfg.cgroup_hierarchies,
         kernel: &rootfs::Real,
