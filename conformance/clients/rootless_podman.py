@@ -7,7 +7,7 @@ What it sets up, all private and removed by teardown():
     and /etc/subgid); `userdel` at the end, after every process of its ids
     is gone;
   - WORK/rootless, owned by that user (WORK itself becomes 0711 so it can
-    reach it): its HOME, XDG_RUNTIME_DIR, podman's storage (the vfs driver:
+    reach it): its HOME, podman's storage (the vfs driver:
     no fuse, no kernel overlay in a user namespace needed), tmp dir, a
     containers.conf and a copy of the runtime (0755: root's build tree may
     not be readable by the user);
@@ -22,6 +22,8 @@ What it sets up, all private and removed by teardown():
     environment, in a mount namespace of its own where /dev/net/tun is
     bound to a 0666 node (this host's is 0600 and slirp4netns opens it as
     the user); nothing changes on the host;
+  - XDG_RUNTIME_DIR in /tmp/<user>-run: podman's cleanup command refuses a
+    runroot longer than 50 characters;
   - the busybox image, `podman import`ed from WORK/rootfs.tar.
 """
 import json
@@ -51,6 +53,10 @@ class RootlessPodman:
         self.env = env
         self.dir = os.path.join(env.work, "rootless")
         self.name = f"{NAME_PREFIX}{os.getpid()}"
+        # Short: podman's cleanup command refuses a runroot
+        # ($XDG_RUNTIME_DIR/containers) longer than 50 characters, and every
+        # foreground run would then wait out a 20 s timeout.
+        self.xdg = f"/tmp/{self.name}-run"
         self.uid = self.gid = None
         self.subuid = self.subgid = (0, 0)
         self.ok = False
@@ -62,6 +68,7 @@ class RootlessPodman:
         self = cls.__new__(cls)
         pw = pwd.getpwnam(name)
         self.env, self.dir, self.name, self.ok, self.made_user = None, "", name, False, True
+        self.xdg = f"/tmp/{name}-run"
         self.uid, self.gid = pw.pw_uid, pw.pw_gid
         self.subuid, self.subgid = subid("/etc/subuid", name), subid("/etc/subgid", name)
         return self
@@ -84,11 +91,12 @@ class RootlessPodman:
         if self.subuid[1] < 65536 or self.subgid[1] < 65536:
             raise RuntimeError(f"useradd gave {self.name} no subordinate ids")
         os.chmod(self.env.work, 0o711)
-        for sub in ("", "home", "xdg", "tmp", "storage", "run", "bin", "vol", "tun"):
+        for sub in ("", "home", "tmp", "storage", "run", "bin", "vol", "tun"):
             os.makedirs(os.path.join(self.dir, sub), exist_ok=True)
             os.chown(os.path.join(self.dir, sub), self.uid, self.gid)
         os.chmod(self.dir, 0o755)
-        os.chmod(os.path.join(self.dir, "xdg"), 0o700)
+        os.makedirs(self.xdg, mode=0o700, exist_ok=True)
+        os.chown(self.xdg, self.uid, self.gid)
         self.runtime = os.path.join(self.dir, "bin", "tinyrun")
         shutil.copy(self.env.runtime, self.runtime)
         os.chmod(self.runtime, 0o755)
@@ -133,7 +141,7 @@ runroot = "{d}/run"
         d = self.dir
         tun = os.path.join(d, "tun")
         env = [f"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", f"HOME={d}/home", f"USER={self.name}",
-               f"LOGNAME={self.name}", f"XDG_RUNTIME_DIR={d}/xdg", f"TMPDIR={d}/tmp",
+               f"LOGNAME={self.name}", f"XDG_RUNTIME_DIR={self.xdg}", f"TMPDIR={d}/tmp",
                f"CONTAINERS_CONF={d}/containers.conf", f"CONTAINERS_STORAGE_CONF={d}/storage.conf",
                f"CONTAINERS_REGISTRIES_CONF={d}/registries.conf"]
         inner = " ".join(sh_quote(a) for a in [
@@ -185,7 +193,7 @@ runroot = "{d}/run"
         r = self.podman("ps", "-aq")
         if r.out.strip():
             found.append(f"rootless containers: {r.out.split()}")
-        state = os.path.join(self.dir, "xdg", "tinyrun")
+        state = os.path.join(self.xdg, "tinyrun")
         if os.path.isdir(state) and os.listdir(state):
             found.append(f"state dirs in {state}: {os.listdir(state)}")
         return found
@@ -213,6 +221,8 @@ runroot = "{d}/run"
         if os.path.isdir(self.dir):
             subprocess.run(["umount", "-l", os.path.join(self.dir, "tun")], stderr=subprocess.DEVNULL)
             shutil.rmtree(self.dir, ignore_errors=True)
+        if os.path.isdir(self.xdg):
+            shutil.rmtree(self.xdg, ignore_errors=True)
         if self.made_user:
             for _ in range(30):
                 if run(["userdel", self.name]).rc == 0:
