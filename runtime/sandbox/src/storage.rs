@@ -175,19 +175,53 @@ fn writable_dir(tree: &Tree, name: &str, (uid, gid): (u32, u32), mode: u32) -> R
         .map_err(|e| Error::io("chmod", at(), e.into()))
 }
 
-/// Detaches every mount at or below `dir` (a box's bundle dir), deepest
-/// first, so removing the dir afterwards can't reach into a box's files.
-/// A dir that is gone has nothing mounted.
+/// Detaches every mount at or below `dir` (a box's bundle dir), so
+/// removing the dir afterwards can't reach into a box's files. A dir that
+/// is gone has nothing mounted.
+///
+/// Only the outermost mounts are named: a lazy unmount takes the mounts
+/// below along, and each unmount call waits for an RCU grace period, so
+/// one call for the bundle's tmpfs replaces three (bundle, scratch,
+/// overlay). Then the list is read again, and whatever is still there
+/// (a mount stacked on another at the same point) is detached too, until
+/// nothing is left or a pass achieves nothing.
 pub(crate) fn release(dir: &Path) -> Result<()> {
     let Ok(dir) = std::fs::canonicalize(dir) else { return Ok(()) };
+    let mut before = usize::MAX;
+    loop {
+        let points = mounts_below(&dir)?;
+        if points.is_empty() {
+            return Ok(());
+        }
+        if points.len() >= before {
+            let p = &points[0];
+            return Err(Error::io("unmount sandbox storage", p, Errno::EBUSY.into()));
+        }
+        before = points.len();
+        detach_outermost(&points)?;
+    }
+}
+
+/// The mount points at or below `dir`, outermost first.
+fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>> {
     let info = Path::new("/proc/self/mountinfo");
     let text = std::fs::read_to_string(info).map_err(|e| Error::io("read", info, e))?;
     let mut points: Vec<PathBuf> =
-        text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| p.starts_with(&dir)).collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    points.dedup();
+        text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| p.starts_with(dir)).collect();
+    points.sort_by_key(|p| p.components().count());
+    Ok(points)
+}
+
+/// Lazily unmounts each of `points` (outermost first) that no other one
+/// contains.
+fn detach_outermost(points: &[PathBuf]) -> Result<()> {
+    let mut done: Vec<&PathBuf> = Vec::new();
     for p in points {
-        match nix::mount::umount2(&p, MntFlags::MNT_DETACH) {
+        if done.iter().any(|d| p.starts_with(d)) {
+            continue;
+        }
+        done.push(p);
+        match nix::mount::umount2(p.as_path(), MntFlags::MNT_DETACH) {
             Ok(()) | Err(Errno::EINVAL | Errno::ENOENT) => {}
             Err(e) => return Err(Error::io("unmount sandbox storage", p, e.into())),
         }
