@@ -148,6 +148,9 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let host_root = HostRoot::before(&plan, &bundle.rootfs);
     let listener = bind_start_socket(lock)?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
+    if let Some(f) = &cfg.process.seccomp {
+        f.cache(spec, &lock.path(crate::state::SECCOMP_FILE));
+    }
     cfg.process.console = console;
     cfg.lock_fd = lock.lock_fd();
     let linux = spec.linux().as_ref();

@@ -249,3 +249,38 @@ fn kill_process_rule_kills_a_child_with_sigsys() {
 fn get_pid(st: &WaitStatus) -> nix::unistd::Pid {
     st.pid().unwrap_or(nix::unistd::Pid::from_raw(0))
 }
+
+#[test]
+fn the_cache_gives_back_the_same_program_only_for_the_same_profile() {
+    let p = profile(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]}));
+    let f = Filter::compile(&p).unwrap();
+    let json = serde_json::to_vec(&p).unwrap();
+    let bytes = f.cache_bytes(&json);
+    let back = Filter::from_cache(&bytes, &json).expect("a whole file of this profile is used");
+    let insns = |f: &Filter| f.program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect::<Vec<_>>();
+    assert_eq!(insns(&back), insns(&f));
+    assert_eq!(back.flags, f.flags);
+    // Another profile, a cut file, a file of another layout: compiled afresh.
+    let other = serde_json::to_vec(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]})))
+    .unwrap();
+    assert!(Filter::from_cache(&bytes, &other).is_none());
+    assert!(Filter::from_cache(&bytes[..bytes.len() - 3], &json).is_none());
+    assert!(Filter::from_cache(&bytes[..CACHE_MAGIC.len() + 8 + json.len() + 4], &json).is_none());
+    assert!(Filter::from_cache(&bytes[1..], &json).is_none());
+}
+
+#[test]
+fn a_profile_with_notify_is_not_cached_and_a_missing_file_compiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("seccomp.bpf");
+    let spec: Spec = serde_json::from_value(json!({"ociVersion": "1.1.0", "linux": {"seccomp": {
+        "defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/agent.sock",
+        "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]}}}))
+    .unwrap();
+    let f = Filter::from_spec_cached(&spec, &cache).unwrap().unwrap();
+    assert!(f.listener().is_some());
+    f.cache(&spec, &cache);
+    assert!(!cache.exists(), "a notify profile's program was cached");
+}
