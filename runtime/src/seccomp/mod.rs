@@ -175,6 +175,22 @@ impl Filter {
         }
     }
 
+    /// The filter for a config, through `dir`, a cache shared by many
+    /// containers (`CreateOptions::seccomp_cache`): the program of this
+    /// profile if it is there, else compiled and added. A dir that is not
+    /// the caller's own, or that others can write, is not used.
+    pub(crate) fn from_shared_cache(spec: &Spec, dir: &std::path::Path) -> Result<Option<Filter>> {
+        let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else { return Ok(None) };
+        let Some(path) = shared_path(s, dir) else { return Filter::compile(s).map(Some) };
+        let hit = std::fs::read(&path).ok().zip(serde_json::to_vec(s).ok());
+        if let Some(f) = hit.and_then(|(bytes, profile)| Filter::from_cache(&bytes, &profile)) {
+            return Ok(Some(f));
+        }
+        let f = Filter::compile(s)?;
+        f.cache(spec, &path);
+        Ok(Some(f))
+    }
+
     /// Writes the program to `cache`, for [`Filter::from_spec_cached`].
     /// Best effort: without the file, `exec` compiles. A profile with
     /// `SCMP_ACT_NOTIFY` is not kept (its listener is read from the spec).
@@ -247,6 +263,24 @@ impl Filter {
     pub(crate) fn len(&self) -> usize {
         self.program.len()
     }
+}
+
+/// Where profile `s` is kept in the shared cache `dir` (made 0700 if
+/// missing), or None if `dir` is not fit to trust: not a directory of the
+/// caller's, or writable by group or others.
+fn shared_path(s: &LinuxSeccomp, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return None;
+    }
+    // The name only spreads profiles over files; a hit is checked against
+    // the whole profile kept in the file.
+    let mut h = std::hash::DefaultHasher::new();
+    serde_json::to_vec(s).ok()?.hash(&mut h);
+    Some(dir.join(format!("{:016x}.bpf", h.finish())))
 }
 
 /// The first bytes of a cache file; a new layout gets a new number.
