@@ -768,11 +768,12 @@ fn leak_check_runs(n: usize) {
     let netns1 = netns_list();
     let new_mounts: Vec<String> = mountinfo_lines("tinyrun")
         .into_iter()
-        // Ours, or a sandbox's anywhere but under another test's root (tests
-        // of other files may run at the same time).
+        // Ours, or a box's storage anywhere but under another test's root
+        // (other tests, containerd's pod "sandboxes" among them, may run at
+        // the same time).
         .filter(|l| {
             !mounts0.contains(l)
-                && (l.contains(sb.root_str()) || (l.contains("sandbox") && !l.contains("/tinyrun-ct-")))
+                && (l.contains(sb.root_str()) || (l.contains("/sandbox-bundles/") && !l.contains("/tinyrun-ct-")))
         })
         .collect();
     let sandbox_dirs: usize = ids.iter().map(|id| sandbox_cgroups(id).len()).sum();
