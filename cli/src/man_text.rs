@@ -17,7 +17,8 @@ const STATE_FILES: &str = "/run/tinyrun (or the directory given with --root): th
 const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): sandbox/ (the boxes' container state), \
      sandbox-bundles/ (their bundles and generated roots; a launched box's deadline is sandbox-bundles/ID/expires, \
      in unix milliseconds), sandbox-pool/ (how many pooled boxes to keep and their idle lifetime, per \
-     configuration), sandbox-ids/ (the host id ranges in use, one file per box), sandbox-net/ (the /30 link of \
+     configuration), sandbox-ids/ (the host id ranges in use, one file per box), sandbox-seccomp/ (the compiled \
+     seccomp program of each profile in use, 0700), sandbox-net/ (the /30 link of \
      each box with --network egress, one file per box, named by its first address) and sandbox-reaper.lock (held \
      by the root's reaper while it runs). /etc/subuid and /etc/subgid are read so no box gets a range listed \
      there. With --network egress, the box's host-side link trb-<hash> and nftables table inet tinyrun-<hash> \

@@ -190,7 +190,7 @@ fn image_writes_persist_and_never_touch_the_cache() {
     assert_eq!(r.stdout, "mine\nchanged\npkg\ndata\nmain.sh\nx\n", "writes persist between execs\n{r}");
     assert!(full.stdout.contains("No space left") && full.stdout.contains("rc=1"), "the upper is capped\n{full}");
     assert!(!before.is_empty() && changed.is_empty() && before.len() == after.len(), "the cache changed: {changed:?}");
-    assert_eq!(mounted.len(), 2, "the box's tmpfs and overlay, on the host: {mounted:?}");
+    assert_eq!(mounted.len(), 3, "the box's bundle and storage tmpfs and its overlay, on the host: {mounted:?}");
     assert!(t.ok() && left.is_empty(), "{t}\nmounts: {left:?}");
     assert!(fresh.ok() && fresh.stdout == "original\ndata\nnew\n", "{fresh}");
     sb.assert_clean("terminate of an image box");
@@ -418,7 +418,7 @@ fn hostile_layers_are_refused() {
     sb.assert_clean("hostile layer runs");
 }
 
-/// A one-shot image run whose supervisor is SIGKILLed leaves its tmpfs and overlay mounted; the
+/// A one-shot image run whose supervisor is SIGKILLed leaves its tmpfs mounts and overlay; the
 /// next run's garbage collection takes them down with the rest.
 #[test]
 fn killed_supervisor_mounts_are_collected() {
@@ -428,7 +428,7 @@ fn killed_supervisor_mounts_are_collected() {
     let l = layout.to_str().unwrap();
     let r = sb.spawn_run(&["--image", l, "--timeout", "60s"], &["sleep", "1000"]);
     let bundles = sb.rt.root().join("sandbox-bundles");
-    wait_for("the box's overlay", 20, || mountinfo_lines(&bundles.to_string_lossy()).len() == 2);
+    wait_for("the box's overlay", 20, || mountinfo_lines(&bundles.to_string_lossy()).len() == 3);
     std::thread::sleep(Duration::from_millis(300));
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(r.child.id() as i32), nix::sys::signal::SIGKILL);
     let o = r.wait();
@@ -447,7 +447,7 @@ fn killed_supervisor_mounts_are_collected() {
             next.code()
         ),
     );
-    assert_eq!(after_kill.len(), 2, "the killed run's tmpfs and overlay stay until collected");
+    assert_eq!(after_kill.len(), 3, "the killed run's two tmpfs and overlay stay until collected");
     assert!(next.ok(), "{next}");
     assert!(after_next.is_empty(), "garbage collection left {after_next:?}");
     sb.assert_clean("garbage collection");

@@ -24,6 +24,9 @@ pub(crate) const STATE_FILE: &str = "state.json";
 pub(crate) const CONFIG_FILE: &str = "config.json";
 /// The socket init waits on until `start`; it exists only while `created`.
 pub(crate) const START_SOCKET: &str = "start.sock";
+/// The compiled seccomp filter of config.json's profile, for `exec` to
+/// reuse (see `seccomp::Filter::from_cache`).
+pub(crate) const SECCOMP_FILE: &str = "seccomp.bpf";
 
 /// What tinyrun remembers about a container between commands.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -177,7 +180,7 @@ impl StateDir {
 
     fn remove_known(&self) -> std::io::Result<()> {
         let pid = std::process::id();
-        for name in [STATE_FILE, CONFIG_FILE, START_SOCKET] {
+        for name in [STATE_FILE, CONFIG_FILE, START_SOCKET, SECCOMP_FILE] {
             for file in [name.to_string(), format!(".{name}.{pid}")] {
                 match std::fs::remove_file(self.dir.join(file)) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),

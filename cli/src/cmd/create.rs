@@ -29,6 +29,7 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         stdio: None,
         die_with_runtime: false,
         loopback: false,
+        seccomp_cache: None,
     })
 }
 

@@ -161,6 +161,12 @@ impl SandboxResult {
     }
 }
 
+/// Where boxes' compiled seccomp programs are kept, one per profile: every
+/// box of the default profile after the first skips libseccomp.
+fn seccomp_cache(root: &Path) -> PathBuf {
+    root.join("sandbox-seccomp")
+}
+
 /// Where sandboxes keep their state and bundles under a runtime root.
 fn dirs(root: &Path) -> (Runtime, PathBuf) {
     (Runtime::new(root.join("sandbox")), root.join("sandbox-bundles"))
@@ -235,6 +241,7 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
             stdio,
             die_with_runtime: true,
             loopback: opts.loopback,
+            seccomp_cache: Some(seccomp_cache(root)),
             ..Default::default()
         };
         let mut c = rt.create(&id, &create)?;
@@ -392,6 +399,7 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
             detach: true,
             stdio: Some([fd, fd, fd]),
             loopback: opts.loopback,
+            seccomp_cache: Some(seccomp_cache(root)),
             ..Default::default()
         };
         // Written before the box runs: a box that exists always has one.

@@ -77,6 +77,7 @@ fn plan(opts: &SandboxOptions, scratch: &Path) -> Result<Plan> {
 pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[String], host_id: u32) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io("create sandbox bundle", dir))?;
     let Plan { root, mut mounts } = plan(opts, &dir.join(storage::SCRATCH))?;
+    storage::mount_bundle(dir, opts.tmpfs_size)?;
     if let Some(dns) = opts.egress.as_ref().and_then(|e| e.dns) {
         // The box's resolver, whatever root it has: a file of ours on top.
         let conf = dir.join("resolv.conf");

@@ -2,7 +2,13 @@
 //! files into and out of a box through its own paths, never through the
 //! box's live /proc. Runs in the runtime process.
 //!
-//! Every box gets one tmpfs, `<bundle>/scratch`, of `--tmpfs-size`:
+//! The bundle dir itself is a tmpfs of its own ([`mount_bundle`]): the
+//! default root's skeleton, its mount points and config.json are a few
+//! dozen small files made and removed with every box, and on a disk
+//! filesystem each creation can cost a millisecond (a journal commit
+//! under load), more than the rest of a box's set-up together.
+//!
+//! Every box gets one more tmpfs, `<bundle>/scratch`, of `--tmpfs-size`:
 //! - with the default root (or `--rootfs`/`--bundle`), `scratch/work` and
 //!   `scratch/tmp` are bound at /work and /tmp, so the scratch directory
 //!   is the box's writable world seen from `/`;
@@ -43,6 +49,19 @@ pub(crate) fn state_root(bundle: &Path) -> &Path {
 
 fn mount_error<'a>(what: &'static str, target: &'a Path) -> impl FnOnce(Errno) -> Error + 'a {
     move |e| Error::io(what, target, e.into())
+}
+
+/// Mounts a tmpfs of at most `size` bytes on the (empty) bundle dir `dir`.
+/// It holds what the runtime writes for the box (config.json, the default
+/// root's skeleton, mount points); with `--writable-root`, the box's
+/// writes to that skeleton land here too, bounded like /work's.
+pub(crate) fn mount_bundle(dir: &Path, size: u64) -> Result<()> {
+    // 0755, as the dir was: the box's root, an unprivileged host uid,
+    // walks through it to its root filesystem.
+    let data = format!("size={size},mode=0755");
+    nix::mount::mount(Some("tmpfs"), dir, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(data.as_str()))
+        .map_err(mount_error("mount sandbox bundle (tmpfs) on", dir))?;
+    private(dir)
 }
 
 /// Mounts `dir/scratch`: a tmpfs of `size` bytes for a box whose ids start
@@ -156,19 +175,53 @@ fn writable_dir(tree: &Tree, name: &str, (uid, gid): (u32, u32), mode: u32) -> R
         .map_err(|e| Error::io("chmod", at(), e.into()))
 }
 
-/// Detaches every mount at or below `dir` (a box's bundle dir), deepest
-/// first, so removing the dir afterwards can't reach into a box's files.
-/// A dir that is gone has nothing mounted.
+/// Detaches every mount at or below `dir` (a box's bundle dir), so
+/// removing the dir afterwards can't reach into a box's files. A dir that
+/// is gone has nothing mounted.
+///
+/// Only the outermost mounts are named: a lazy unmount takes the mounts
+/// below along, and each unmount call waits for an RCU grace period, so
+/// one call for the bundle's tmpfs replaces three (bundle, scratch,
+/// overlay). Then the list is read again, and whatever is still there
+/// (a mount stacked on another at the same point) is detached too, until
+/// nothing is left or a pass achieves nothing.
 pub(crate) fn release(dir: &Path) -> Result<()> {
     let Ok(dir) = std::fs::canonicalize(dir) else { return Ok(()) };
+    let mut before = usize::MAX;
+    loop {
+        let points = mounts_below(&dir)?;
+        if points.is_empty() {
+            return Ok(());
+        }
+        if points.len() >= before {
+            let p = &points[0];
+            return Err(Error::io("unmount sandbox storage", p, Errno::EBUSY.into()));
+        }
+        before = points.len();
+        detach_outermost(&points)?;
+    }
+}
+
+/// The mount points at or below `dir`, outermost first.
+fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>> {
     let info = Path::new("/proc/self/mountinfo");
     let text = std::fs::read_to_string(info).map_err(|e| Error::io("read", info, e))?;
     let mut points: Vec<PathBuf> =
-        text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| p.starts_with(&dir)).collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    points.dedup();
+        text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| p.starts_with(dir)).collect();
+    points.sort_by_key(|p| p.components().count());
+    Ok(points)
+}
+
+/// Lazily unmounts each of `points` (outermost first) that no other one
+/// contains.
+fn detach_outermost(points: &[PathBuf]) -> Result<()> {
+    let mut done: Vec<&PathBuf> = Vec::new();
     for p in points {
-        match nix::mount::umount2(&p, MntFlags::MNT_DETACH) {
+        if done.iter().any(|d| p.starts_with(d)) {
+            continue;
+        }
+        done.push(p);
+        match nix::mount::umount2(p.as_path(), MntFlags::MNT_DETACH) {
             Ok(()) | Err(Errno::EINVAL | Errno::ENOENT) => {}
             Err(e) => return Err(Error::io("unmount sandbox storage", p, e.into())),
         }

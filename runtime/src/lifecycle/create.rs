@@ -54,6 +54,12 @@ pub struct CreateOptions {
     /// Bring `lo` up when the container gets a new network namespace
     /// (runc leaves it down): loopback-only networking with no other setup.
     pub loopback: bool,
+    /// A directory of compiled seccomp programs, one per profile, shared
+    /// by the containers created with it: a container whose profile is
+    /// already there skips libseccomp. It must be the caller's own (it is
+    /// made 0700; one that others can write is not used), trusted like the
+    /// state root.
+    pub seccomp_cache: Option<PathBuf>,
 }
 
 impl Runtime {
@@ -154,6 +160,9 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     let host_root = HostRoot::before(&plan, &bundle.rootfs);
     let listener = bind_start_socket(lock)?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
+    if let Some(f) = &cfg.process.seccomp {
+        f.cache(spec, &lock.path(crate::state::SECCOMP_FILE));
+    }
     cfg.process.console = console;
     cfg.lock_fd = lock.lock_fd();
     let linux = spec.linux().as_ref();
@@ -312,7 +321,10 @@ fn init_config<'a>(
         p.env.push(format!("LISTEN_FDS={}", opts.listen_fds));
         p.env.push("LISTEN_PID=1".into());
     }
-    p.seccomp = crate::seccomp::Filter::from_spec(spec)?;
+    p.seccomp = match &opts.seccomp_cache {
+        Some(dir) => crate::seccomp::Filter::from_shared_cache(spec, dir)?,
+        None => crate::seccomp::Filter::from_spec(spec)?,
+    };
     p.personality = crate::personality::from_spec(spec);
     p.mempolicy = crate::mempolicy::from_spec(spec)?;
     let wants_hooks = [Kind::Prestart, Kind::CreateRuntime, Kind::CreateContainer, Kind::StartContainer]

@@ -154,7 +154,7 @@ impl Container {
         if pair.is_some() && process.console_size.is_none() {
             process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
         }
-        process.seccomp = crate::seccomp::Filter::from_spec(&spec)?;
+        process.seccomp = crate::seccomp::Filter::from_spec_cached(&spec, &self.lock.path(crate::state::SECCOMP_FILE))?;
         process.personality = crate::personality::from_spec(&spec);
         process.mempolicy = crate::mempolicy::from_spec(&spec)?;
         // No mount namespace to join: the process goes into init's root.

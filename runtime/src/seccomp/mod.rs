@@ -23,6 +23,16 @@
 //! stricter than runc: an `errnoRet` on an action without an errno, empty
 //! `names`, and `listenerMetadata` without `listenerPath` are errors.
 //!
+//! Compiling takes libseccomp a millisecond or two for a long allowlist,
+//! most of what an `exec` costs the runtime in CPU. So `create` keeps the
+//! program it compiled in the state directory ([`Filter::cache`]), next to
+//! the config snapshot the profile came from, and `exec` takes it from
+//! there when the profile it would compile is byte for byte the one the
+//! program was made from ([`Filter::from_spec_cached`]); anything else
+//! (no file, another profile, a short or odd file, a profile with
+//! `SCMP_ACT_NOTIFY`) compiles afresh. The state directory is the
+//! runtime's own (root's, 0711), trusted like the config snapshot itself.
+//!
 //! Where init loads the filter (runc's order): with `noNewPrivileges` false,
 //! just before the user and capability switch, while it still holds
 //! CAP_SYS_ADMIN (needed to install a filter without no_new_privs); with it
@@ -151,6 +161,91 @@ impl Filter {
         crate::sys::seccomp::set_filter(&self.program, self.flags)
     }
 
+    /// The filter for a config, taken from the cache file `cache` when it
+    /// holds the program of this very profile, else compiled.
+    pub(crate) fn from_spec_cached(spec: &Spec, cache: &std::path::Path) -> Result<Option<Filter>> {
+        let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else { return Ok(None) };
+        let cached = serde_json::to_vec(s).ok().and_then(|profile| {
+            let bytes = std::fs::read(cache).ok()?;
+            Filter::from_cache(&bytes, &profile)
+        });
+        match cached {
+            Some(f) => Ok(Some(f)),
+            None => Filter::compile(s).map(Some),
+        }
+    }
+
+    /// The filter for a config, through `dir`, a cache shared by many
+    /// containers (`CreateOptions::seccomp_cache`): the program of this
+    /// profile if it is there, else compiled and added. A dir that is not
+    /// the caller's own, or that others can write, is not used.
+    pub(crate) fn from_shared_cache(spec: &Spec, dir: &std::path::Path) -> Result<Option<Filter>> {
+        let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else { return Ok(None) };
+        let Some(path) = shared_path(s, dir) else { return Filter::compile(s).map(Some) };
+        let hit = std::fs::read(&path).ok().zip(serde_json::to_vec(s).ok());
+        if let Some(f) = hit.and_then(|(bytes, profile)| Filter::from_cache(&bytes, &profile)) {
+            return Ok(Some(f));
+        }
+        let f = Filter::compile(s)?;
+        f.cache(spec, &path);
+        Ok(Some(f))
+    }
+
+    /// Writes the program to `cache`, for [`Filter::from_spec_cached`].
+    /// Best effort: without the file, `exec` compiles. A profile with
+    /// `SCMP_ACT_NOTIFY` is not kept (its listener is read from the spec).
+    pub(crate) fn cache(&self, spec: &Spec, cache: &std::path::Path) {
+        let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else { return };
+        if self.listener.is_some() {
+            return;
+        }
+        if let Ok(profile) = serde_json::to_vec(s) {
+            let _ = crate::state::write_atomic(cache, &self.cache_bytes(&profile), 0o600);
+        }
+    }
+
+    /// The cache file: a magic line, the profile's length (u64) and JSON,
+    /// the flags (u32), then the program, all in native byte order.
+    fn cache_bytes(&self, profile: &[u8]) -> Vec<u8> {
+        let mut b = Vec::with_capacity(CACHE_MAGIC.len() + 12 + profile.len() + self.program.len() * 8);
+        b.extend_from_slice(CACHE_MAGIC);
+        b.extend_from_slice(&(profile.len() as u64).to_ne_bytes());
+        b.extend_from_slice(profile);
+        b.extend_from_slice(&self.flags.to_ne_bytes());
+        for i in &self.program {
+            b.extend_from_slice(&i.code.to_ne_bytes());
+            b.extend_from_slice(&[i.jt, i.jf]);
+            b.extend_from_slice(&i.k.to_ne_bytes());
+        }
+        b
+    }
+
+    /// The filter in a cache file, if the file was made from `profile`
+    /// and is whole.
+    fn from_cache(bytes: &[u8], profile: &[u8]) -> Option<Filter> {
+        let rest = bytes.strip_prefix(CACHE_MAGIC)?;
+        let (len, rest) = rest.split_first_chunk::<8>()?;
+        let len = usize::try_from(u64::from_ne_bytes(*len)).ok()?;
+        let (theirs, rest) = rest.split_at_checked(len)?;
+        if theirs != profile {
+            return None;
+        }
+        let (flags, rest) = rest.split_first_chunk::<4>()?;
+        if rest.is_empty() || rest.len() % 8 != 0 {
+            return None;
+        }
+        let program = rest
+            .chunks_exact(8)
+            .map(|c| libc::sock_filter {
+                code: u16::from_ne_bytes([c[0], c[1]]),
+                jt: c[2],
+                jf: c[3],
+                k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+            })
+            .collect();
+        Some(Filter { program, flags: u32::from_ne_bytes(*flags), listener: None })
+    }
+
     /// The agent to hand the notification fd to (set iff the profile uses
     /// `SCMP_ACT_NOTIFY`).
     pub(crate) fn listener(&self) -> Option<&Listener> {
@@ -169,6 +264,27 @@ impl Filter {
         self.program.len()
     }
 }
+
+/// Where profile `s` is kept in the shared cache `dir` (made 0700 if
+/// missing), or None if `dir` is not fit to trust: not a directory of the
+/// caller's, or writable by group or others.
+fn shared_path(s: &LinuxSeccomp, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+        return None;
+    }
+    // The name only spreads profiles over files; a hit is checked against
+    // the whole profile kept in the file.
+    let mut h = std::hash::DefaultHasher::new();
+    serde_json::to_vec(s).ok()?.hash(&mut h);
+    Some(dir.join(format!("{:016x}.bpf", h.finish())))
+}
+
+/// The first bytes of a cache file; a new layout gets a new number.
+const CACHE_MAGIC: &[u8] = b"tinyrun-seccomp-cache 1\n";
 
 /// The version of the libseccomp linked in, e.g. `2.5.4`.
 pub fn libseccomp_version() -> Option<String> {

@@ -249,3 +249,66 @@ fn kill_process_rule_kills_a_child_with_sigsys() {
 fn get_pid(st: &WaitStatus) -> nix::unistd::Pid {
     st.pid().unwrap_or(nix::unistd::Pid::from_raw(0))
 }
+
+#[test]
+fn the_cache_gives_back_the_same_program_only_for_the_same_profile() {
+    let p = profile(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]}));
+    let f = Filter::compile(&p).unwrap();
+    let json = serde_json::to_vec(&p).unwrap();
+    let bytes = f.cache_bytes(&json);
+    let back = Filter::from_cache(&bytes, &json).expect("a whole file of this profile is used");
+    let insns = |f: &Filter| f.program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect::<Vec<_>>();
+    assert_eq!(insns(&back), insns(&f));
+    assert_eq!(back.flags, f.flags);
+    // Another profile, a cut file, a file of another layout: compiled afresh.
+    let other = serde_json::to_vec(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]})))
+    .unwrap();
+    assert!(Filter::from_cache(&bytes, &other).is_none());
+    assert!(Filter::from_cache(&bytes[..bytes.len() - 3], &json).is_none());
+    assert!(Filter::from_cache(&bytes[..CACHE_MAGIC.len() + 8 + json.len() + 4], &json).is_none());
+    assert!(Filter::from_cache(&bytes[1..], &json).is_none());
+}
+
+#[test]
+fn a_profile_with_notify_is_not_cached_and_a_missing_file_compiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("seccomp.bpf");
+    let spec: Spec = serde_json::from_value(json!({"ociVersion": "1.1.0", "linux": {"seccomp": {
+        "defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/agent.sock",
+        "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_NOTIFY"}]}}}))
+    .unwrap();
+    let f = Filter::from_spec_cached(&spec, &cache).unwrap().unwrap();
+    assert!(f.listener().is_some());
+    f.cache(&spec, &cache);
+    assert!(!cache.exists(), "a notify profile's program was cached");
+}
+
+#[test]
+fn the_shared_cache_is_filled_once_and_refused_when_others_can_write_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let spec: Spec = serde_json::from_value(json!({"ociVersion": "1.1.0", "linux": {"seccomp": {
+        "defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO"}]}}}))
+    .unwrap();
+    let first = Filter::from_shared_cache(&spec, &dir).unwrap().unwrap();
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    let again = Filter::from_shared_cache(&spec, &dir).unwrap().unwrap();
+    let insns = |f: &Filter| f.program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect::<Vec<_>>();
+    assert_eq!(insns(&again), insns(&first));
+    // A planted program is not taken from a dir others can write.
+    let s = spec.linux().as_ref().unwrap().seccomp().as_ref().unwrap();
+    let allow_all = Filter {
+        program: vec![libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x7fff_0000 }],
+        flags: 0,
+        listener: None,
+    };
+    std::fs::write(&files[0], allow_all.cache_bytes(&serde_json::to_vec(s).unwrap())).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let f = Filter::from_shared_cache(&spec, &dir).unwrap().unwrap();
+    assert_eq!(insns(&f), insns(&first), "a program from a world-writable cache was used");
+}
