@@ -14,6 +14,7 @@ use crate::error::{InitError, Result, RuntimeError, SysError};
 use crate::hooks;
 use crate::namespaces::{self, Join};
 use crate::process::exec_init::{self, ExecConfig};
+use crate::process::finalize::ProcessConfig;
 use crate::process::sync::{self, Msg};
 use crate::sys::{self, Forked};
 
@@ -147,24 +148,8 @@ impl Container {
         // A foreground terminal: the process sends the pty master to us.
         let pair = if terminal && socket.is_none() { Some(crate::tty::console_pair()?) } else { None };
         let console = socket.as_ref().or(pair.as_ref().map(|p| &p.1)).map(|f| f.as_raw_fd());
-        let mut process = super::process_config(&opts.process, opts.preserve_fds)?;
-        process.console = console;
-        // A foreground terminal takes our window size before the program
-        // runs (the relay would copy it only afterwards).
-        if pair.is_some() && process.console_size.is_none() {
-            process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
-        }
-        process.seccomp = crate::seccomp::Filter::from_spec_cached(&spec, &self.lock.path(crate::state::SECCOMP_FILE))?;
-        process.personality = crate::personality::from_spec(&spec);
-        process.mempolicy = crate::mempolicy::from_spec(&spec)?;
-        // No mount namespace to join: the process goes into init's root.
-        let root = match self.rec.host_root_mount {
-            Some(_) => Some(sys::fs::open_path(
-                Path::new(&format!("/proc/{}/root", self.rec.pid)),
-                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
-            )?),
-            None => None,
-        };
+        let process = self.exec_process_config(&spec, opts, console, pair.is_some())?;
+        let root = self.init_root()?;
         let mut cfg = ExecConfig {
             joins,
             late_joins,
@@ -198,6 +183,40 @@ impl Container {
             let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         }
         result
+    }
+
+    /// What the exec'd process is given, all computed here, before the
+    /// clone: the child only applies it.
+    fn exec_process_config(
+        &self,
+        spec: &oci_spec::runtime::Spec,
+        opts: &ExecOptions,
+        console: Option<std::os::fd::RawFd>,
+        foreground_tty: bool,
+    ) -> Result<ProcessConfig> {
+        let mut process = super::process_config(&opts.process, opts.preserve_fds)?;
+        process.console = console;
+        // A foreground terminal takes our window size before the program
+        // runs (the relay would copy it only afterwards).
+        if foreground_tty && process.console_size.is_none() {
+            process.console_size = crate::sys::get_winsize(0).ok().map(|w| (w.ws_row, w.ws_col));
+        }
+        process.seccomp = crate::seccomp::Filter::from_spec_cached(spec, &self.lock.path(crate::state::SECCOMP_FILE))?;
+        process.personality = crate::personality::from_spec(spec);
+        process.mempolicy = crate::mempolicy::from_spec(spec)?;
+        Ok(process)
+    }
+
+    /// Without a mount namespace to join, the process goes into init's root.
+    fn init_root(&self) -> Result<Option<OwnedFd>> {
+        if self.rec.host_root_mount.is_none() {
+            return Ok(None);
+        }
+        let root = sys::fs::open_path(
+            Path::new(&format!("/proc/{}/root", self.rec.pid)),
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY,
+        )?;
+        Ok(Some(root))
     }
 
     /// An exec needs a live container, and a paused one only when asked.
