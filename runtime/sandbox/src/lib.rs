@@ -23,6 +23,7 @@ mod lifetime;
 mod net;
 mod options;
 mod pool;
+mod result;
 mod run;
 mod spec;
 mod storage;

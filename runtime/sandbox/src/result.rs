@@ -1,0 +1,150 @@
+//! The result of a command in a box, as `--json` prints it: a stable,
+//! versioned format documented in tinyrun-sandbox(8).
+
+use serde::Serialize;
+
+use crate::error::Error;
+
+/// The version of the `--json` result's format. Raised when a field
+/// changes meaning or goes away; new fields don't raise it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Captured output, cut at the cap.
+#[derive(Debug, Clone, Default)]
+pub struct Output {
+    /// The bytes, as written.
+    pub bytes: Vec<u8>,
+    /// More was written than was kept.
+    pub truncated: bool,
+}
+
+impl Output {
+    /// The bytes as text if they are UTF-8, or UTF-8 cut short by the cap
+    /// in the middle of a character (the partial character dropped).
+    pub fn text(&self) -> Option<&str> {
+        match std::str::from_utf8(&self.bytes) {
+            Ok(t) => Some(t),
+            Err(e) if self.truncated && e.error_len().is_none() => {
+                std::str::from_utf8(&self.bytes[..e.valid_up_to()]).ok()
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// `{"text": ..., "encoding": "utf-8" | "base64", "truncated": ...}`: output
+/// that isn't UTF-8 is carried as base64, so no byte is lost or replaced.
+impl Serialize for Output {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use base64::Engine as _;
+        use serde::ser::SerializeStruct;
+        let (text, encoding) = match self.text() {
+            Some(t) => (std::borrow::Cow::Borrowed(t), "utf-8"),
+            None => (base64::engine::general_purpose::STANDARD.encode(&self.bytes).into(), "base64"),
+        };
+        let mut st = s.serialize_struct("Output", 3)?;
+        st.serialize_field("text", &text)?;
+        st.serialize_field("encoding", encoding)?;
+        st.serialize_field("truncated", &self.truncated)?;
+        st.end()
+    }
+}
+
+/// Whether a `--pool` run found a box waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolUse {
+    /// It took a pre-started box.
+    Hit,
+    /// None was waiting: it made a fresh one.
+    Miss,
+}
+
+/// What happened to a sandboxed command (`--json`). See
+/// tinyrun-sandbox(8) for the fields and an example of each outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxResult {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Why the command could not be run at all (the box could not be made,
+    /// a bad option, ...); every other field is then empty.
+    pub error: Option<String>,
+    /// The exit status, when the command exited (126: it could not be
+    /// executed, 127: it was not found, as a shell reports them).
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, when one did (e.g. "SIGKILL").
+    pub signal: Option<String>,
+    /// Killed at the wall-clock limit.
+    pub timed_out: bool,
+    /// The kernel's OOM killer acted in the box.
+    pub oom_killed: bool,
+    /// Wall time from create to exit.
+    pub duration_ms: u64,
+    /// CPU time used by the whole box.
+    pub cpu_ms: u64,
+    /// Highest memory use of the box.
+    pub peak_memory_bytes: u64,
+    /// The command's stdout.
+    pub stdout: Output,
+    /// The command's stderr.
+    pub stderr: Output,
+    /// With `--pool`: whether a pre-started box was taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolUse>,
+    /// With `--report-writes`: the files the command wrote there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writes: Option<crate::writes::Writes>,
+}
+
+impl Default for SandboxResult {
+    fn default() -> SandboxResult {
+        SandboxResult {
+            schema_version: SCHEMA_VERSION,
+            error: None,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            oom_killed: false,
+            duration_ms: 0,
+            cpu_ms: 0,
+            peak_memory_bytes: 0,
+            stdout: Output::default(),
+            stderr: Output::default(),
+            pool: None,
+            writes: None,
+        }
+    }
+}
+
+/// The status `sandbox run` and `exec` exit with when the wall-clock limit
+/// killed the command (as timeout(1) does).
+pub const TIMED_OUT: i32 = 124;
+/// The status for a failure of tinyrun itself (as podman does).
+pub const TINYRUN_FAILED: i32 = 125;
+
+impl SandboxResult {
+    /// The result of a command that never ran: `error` says why.
+    pub fn failed(error: &Error) -> SandboxResult {
+        SandboxResult { error: Some(error.to_string()), ..SandboxResult::default() }
+    }
+
+    /// A command that could not be executed: 126 or 127, the reason on its
+    /// stderr, as a shell reports it.
+    pub(crate) fn not_run(status: i32, error: &Error) -> SandboxResult {
+        let msg = format!("tinyrun: {error}\n").into_bytes();
+        SandboxResult { exit_code: Some(status), stderr: Output { bytes: msg, truncated: false }, ..Default::default() }
+    }
+
+    /// The status a shell would report: the exit code, 128+N for signal
+    /// N, [`TIMED_OUT`], or [`TINYRUN_FAILED`].
+    pub fn status(&self) -> i32 {
+        if self.timed_out {
+            return TIMED_OUT;
+        }
+        match (&self.exit_code, &self.signal) {
+            (Some(c), _) => *c,
+            (None, Some(s)) => 128 + s.parse::<nix::sys::signal::Signal>().map(|s| s as i32).unwrap_or(9),
+            _ => TINYRUN_FAILED,
+        }
+    }
+}
