@@ -6,7 +6,7 @@ use libcgroups::common::{CgroupManager, ControllerOpt};
 use oci_spec::runtime::{LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxResources};
 
 use super::check::Layout;
-use super::{v1, Cgroup, CgroupError, Result};
+use super::{apart, v1, Cgroup, CgroupError, Result};
 
 impl Cgroup {
     /// Applies `r` (all of it, as given) to the live cgroup.
@@ -17,8 +17,16 @@ impl Cgroup {
             if v1::handles(&r) {
                 return Ok(());
             }
-            self.check_split(&r)?;
             r.set_devices(None).set_pids(None);
+            if self.split() {
+                apart::apply(&r, |c| self.v1_dir(c))?;
+                let rest = apart::rest(&r);
+                self.check_split(&rest)?;
+                if rest == LinuxResources::default() {
+                    return self.write_burst(&r);
+                }
+                r = rest;
+            }
         }
         let opt = ControllerOpt {
             resources: &r,
@@ -36,6 +44,11 @@ impl Cgroup {
             other => other.map_err(self.err("apply linux.resources"))?,
         }
         // libcgroups' v1 cpu controller skips a cpu block holding only a burst.
+        self.write_burst(&r)
+    }
+
+    /// `cpu.burst` on v1, which libcgroups' v1 manager leaves out.
+    fn write_burst(&self, r: &LinuxResources) -> Result<()> {
         let c = r.cpu().as_ref();
         if let (Some(burst), Layout::Legacy | Layout::Hybrid) = (c.and_then(|c| c.burst()), self.layout) {
             let f = self.v1_dir("cpu").join("cpu.cfs_burst_us");
@@ -84,24 +97,10 @@ impl Cgroup {
     }
 }
 
-/// The `linux.resources` fields beyond devices and pids that `r` sets,
-/// with the v1 controller each needs.
+/// The `linux.resources` fields beyond those `v1` and `apart` write that
+/// `r` sets, with the v1 controller each needs.
 fn controllers_of(r: &LinuxResources) -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
-    if r.memory().is_some() {
-        out.push(("linux.resources.memory", "memory"));
-    }
-    if let Some(c) = r.cpu() {
-        let set = |v: &Option<String>| v.as_ref().is_some_and(|s| !s.is_empty());
-        if set(c.cpus()) || set(c.mems()) {
-            out.push(("linux.resources.cpu.cpus", "cpuset"));
-        }
-        let mut rest = c.clone();
-        rest.set_cpus(None).set_mems(None);
-        if rest != Default::default() {
-            out.push(("linux.resources.cpu", "cpu"));
-        }
-    }
     if r.block_io().is_some() {
         out.push(("linux.resources.blockIO", "blkio"));
     }
@@ -142,7 +141,7 @@ fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResou
 #[cfg(test)]
 mod tests {
     use super::super::fixture::{self, put};
-    use super::super::read_trim;
+    use super::super::{read_trim, Mount};
     use super::*;
 
     fn devices(json: serde_json::Value) -> Vec<LinuxDevice> {
@@ -190,11 +189,28 @@ mod tests {
         assert_eq!(read_trim(&root.path().join("pids/d/ct/pids.max")), "9");
         assert_eq!(read_trim(&root.path().join("devices/d/ct/devices.deny")), "a *:* rwm");
         r.set_memory(serde_json::from_value(serde_json::json!({"limit": 1048576})).unwrap());
-        let e = cg.apply(&r, &[]).unwrap_err().to_string();
-        assert!(e.contains("linux.resources.memory") && e.contains("/m/ct") && e.contains("/d/ct"), "{e}");
-        let cpu = serde_json::json!({"cpu": {"shares": 512, "cpus": "0"}});
-        let fields: Vec<_> = controllers_of(&serde_json::from_value(cpu).unwrap()).into_iter().map(|f| f.1).collect();
-        assert_eq!(fields, ["cpuset", "cpu"]);
+        put(&root.path().join("memory/m/ct"), "memory.limit_in_bytes", "");
+        cg.apply(&r, &[]).unwrap();
+        assert_eq!(
+            read_trim(&root.path().join("memory/m/ct/memory.limit_in_bytes")),
+            "1048576",
+            "memory at its own path"
+        );
+        let mut far = r.clone();
+        let blkio = serde_json::json!({"weight": 100});
+        far.set_block_io(Some(serde_json::from_value(blkio).unwrap()));
+        let per = [("blkio".to_string(), "/b/ct".to_string()), ("memory".to_string(), "/m/ct".to_string())].into();
+        let mut ms = fixture::hybrid_mounts(root.path());
+        let blkio = Mount {
+            dir: root.path().join("blkio"),
+            controllers: vec!["blkio".into()],
+            v2: false,
+            options: "blkio".into(),
+        };
+        ms.push(blkio);
+        let cg = Cgroup::open_with(root.path(), "/d/ct".into(), per, false, "ct", Layout::Hybrid, ms);
+        let e = cg.apply(&far, &[]).unwrap_err().to_string();
+        assert!(e.contains("linux.resources.blockIO") && e.contains("/b/ct") && e.contains("/d/ct"), "{e}");
     }
 
     #[test]

@@ -19,9 +19,9 @@
 //!   hierarchy. The path is resolved here first (see `path`) and handed
 //!   over absolute. Where the runtime's cgroups differ per hierarchy, so do
 //!   the container's ([`Cgroup::per`]); libcgroups' v1 manager takes one
-//!   path for all, so then this module writes device rules and pids itself,
-//!   and hands libcgroups only limits whose controllers share the devices
-//!   hierarchy's path (see `limits`).
+//!   path for all, so then this module writes device rules, pids, memory,
+//!   cpu and cpuset itself (`v1`, `apart`), and hands libcgroups only
+//!   limits whose controllers share the devices hierarchy's path (`limits`).
 //! * libcgroups' v2 manager makes the directory only when adding a task;
 //!   for `CLONE_INTO_CGROUP` it must exist (with its limits) before the
 //!   clone, so [`Cgroup::prepare`] makes it the same way.
@@ -43,6 +43,7 @@
 //! Every path is taken under the handle's `root` (`/sys/fs/cgroup` outside
 //! tests), so the file-level logic is unit-tested on tempdir fixtures.
 
+mod apart;
 mod check;
 mod destroy;
 mod freeze;
@@ -136,9 +137,12 @@ impl Cgroup {
         self.per.get("unified").unwrap_or(&self.recorded)
     }
 
-    /// Whether the cgroup's paths differ between v1 hierarchies.
+    /// Whether the cgroup's paths differ between v1 controller hierarchies
+    /// (libcgroups' manager takes one path for them all; the named and
+    /// cgroup2 hierarchies are this module's own).
     fn split(&self) -> bool {
-        !self.per.is_empty()
+        let differs = |m: &&Mount| m.dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| self.per.contains_key(n));
+        self.mounts.iter().filter(|m| !m.controllers.is_empty()).any(|m| differs(&m))
     }
 
     /// The recorded path below a hierarchy's mount point.

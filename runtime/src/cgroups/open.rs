@@ -123,7 +123,12 @@ fn per_hierarchy(own: &[path::OwnLine], ms: &[Mount], rel: &Path) -> Result<(Str
     let mut all = Vec::new();
     for m in ms {
         let Some(name) = m.dir.file_name().and_then(|n| n.to_str()) else { continue };
-        let p = path::under_own_v1(own, own_line(m), rel).map_err(CgroupError::Path)?;
+        // runc 1.1 joins the hybrid host's cgroup2 hierarchy at the path
+        // taken from its root, not under our cgroup there.
+        let p = match m.v2 {
+            true => path::clean(&Path::new("/").join(rel)),
+            false => path::under_own_v1(own, own_line(m), rel).map_err(CgroupError::Path)?,
+        };
         all.push((name.to_string(), p.to_string_lossy().into_owned(), m.controllers.iter().any(|c| c == "devices")));
     }
     let main = all.iter().find(|(_, _, dev)| *dev).or(all.first()).map(|(_, p, _)| p.clone());
@@ -132,12 +137,9 @@ fn per_hierarchy(own: &[path::OwnLine], ms: &[Mount], rel: &Path) -> Result<(Str
     Ok((main, per))
 }
 
-/// Which line of `/proc/self/cgroup` is hierarchy `m`'s: `""` for the
-/// cgroup2 one (`0::`), else a controller or the `name=` of a named one.
+/// Which line of `/proc/self/cgroup` is v1 hierarchy `m`'s: a controller,
+/// or the `name=` of a named one.
 fn own_line(m: &Mount) -> &str {
-    if m.v2 {
-        return "";
-    }
     if let Some(c) = m.controllers.first() {
         return c;
     }
@@ -179,18 +181,24 @@ mod tests {
         let h = host(Layout::Hybrid, &["memory", "pids"]);
         let same = "12:name=systemd:/sup\n9:cpuset:/sup\n8:freezer:/sup\n7:devices:/sup\n4:memory:/sup\n\
                     3:pids:/sup\n2:cpu,cpuacct:/sup\n0::/sup\n";
-        assert_eq!(resolve(rel(), &h, &ms, || same.into()).unwrap(), ("/sup/c".to_string(), BTreeMap::new()));
+        let unified: BTreeMap<String, String> = [("unified".to_string(), "/c".to_string())].into();
+        assert_eq!(resolve(rel(), &h, &ms, || same.into()).unwrap(), ("/sup/c".to_string(), unified));
         let split = same.replace("name=systemd:/sup", "name=systemd:/s").replace("memory:/sup", "memory:/m");
-        let (main, per) = resolve(rel(), &h, &ms, || split.replace("0::/sup", "0::/")).unwrap();
+        let (main, per) = resolve(rel(), &h, &ms, || split.clone()).unwrap();
         assert_eq!(main, "/sup/c", "the devices hierarchy's path is the record");
         let want: BTreeMap<String, String> =
             [("memory", "/m/c"), ("systemd", "/s/c"), ("unified", "/c")].map(|(k, v)| (k.into(), v.into())).into();
+        // cgroup2 at `/c` though we are at /sup there: runc 1.1 takes it from the root.
         assert_eq!(per, want);
         let cg = Cgroup::open_with(Path::new("/fake"), main, per, false, "ct", Layout::Hybrid, ms.clone());
         assert_eq!(cg.v1_dir("memory"), PathBuf::from("/fake/memory/m/c"));
         assert_eq!(cg.v1_dir("pids"), PathBuf::from("/fake/pids/sup/c"));
         assert_eq!(cg.extra, [PathBuf::from("/fake/systemd/s/c"), PathBuf::from("/fake/unified/c")]);
         assert_eq!(cg.unified_path(), "/c");
+        assert!(cg.split());
+        let (main, per) = resolve(rel(), &h, &ms, || same.into()).unwrap();
+        let cg = Cgroup::open_with(Path::new("/fake"), main, per, false, "ct", Layout::Hybrid, ms.clone());
+        assert!(!cg.split(), "the v1 controllers agree: libcgroups' manager serves");
         let e = resolve(rel(), &h, &ms, || "4:memory:/m\n".into()).unwrap_err().to_string();
         assert!(e.contains("/proc/self/cgroup"), "a hierarchy missing from /proc/self/cgroup: {e}");
         let v2 = resolve(rel(), &host(Layout::Unified, &["memory"]), &[], || "0::/user.slice/s.scope\n".into());

@@ -100,17 +100,13 @@ pub(crate) fn under_own_v2(own: &[OwnLine], rel: &Path) -> Result<PathBuf, Strin
     Ok(clean(&parent.join(rel)))
 }
 
-/// Resolves a relative path in one v1 hierarchy (or the hybrid host's
-/// cgroup2 one): under our own cgroup *in that hierarchy*, as runc's fs
-/// driver does, so the container's cgroups may lie apart when ours do.
-/// `line` names the hierarchy's line of `/proc/self/cgroup`: a controller
-/// (`memory`), a named hierarchy (`name=systemd`), or `""` for `0::`.
+/// Resolves a relative path in one v1 hierarchy: under our own cgroup *in
+/// that hierarchy*, as runc's fs driver does, so the container's cgroups
+/// lie apart when ours do. `line` names the hierarchy's line of
+/// `/proc/self/cgroup`: a controller (`memory`) or a named hierarchy
+/// (`name=systemd`).
 pub(crate) fn under_own_v1(own: &[OwnLine], line: &str, rel: &Path) -> Result<PathBuf, String> {
-    let found = if line.is_empty() {
-        own.iter().find(|l| l.controllers.is_empty())
-    } else {
-        own.iter().find(|l| l.controllers.iter().any(|c| c == line))
-    };
+    let found = own.iter().find(|l| l.controllers.iter().any(|c| c == line));
     let base = found.ok_or_else(|| format!("no line for {line:?} in /proc/self/cgroup"))?;
     Ok(clean(&Path::new(&base.path).join(rel)))
 }
@@ -154,7 +150,6 @@ mod tests {
         assert_eq!(at("memory"), PathBuf::from("/sup/xyz/c/d"), "memory: under our memory cgroup");
         assert_eq!(at("pids"), PathBuf::from("/c/d"));
         assert_eq!(at("name=systemd"), PathBuf::from("/c/d"));
-        assert_eq!(at(""), PathBuf::from("/c/d"), "the hybrid cgroup2 line: no parent taken, unlike v2");
         let e = under_own_v1(&own, "blkio", Path::new("c")).unwrap_err();
         assert!(e.contains("blkio"), "{e}");
         let own = parse_proc_cgroup("3:cpu,cpuacct:/user/1\n2:pids:/user/2\n");
