@@ -6,7 +6,7 @@
 //! The caller is a `sh` this test spawns and first moves into cgroups of its own, different
 //! per hierarchy: `/tinyrun-test/<cid>/a` for memory, `.../c` for pids and `name=systemd`,
 //! `.../b` for every other hierarchy (on v2: `.../b`). It then execs the runtime. Later
-//! commands (`ps`, `pause`, `resume`, `kill`, `delete`) run from the test process itself, a
+//! commands (`ps`, `events --stats`, `pause`, `resume`, `kill`, `delete`) run from the test process itself, a
 //! caller in other cgroups, and must find the same directories. `<cid>` is registered with
 //! the harness, which thaws, kills and removes whatever is left under it even when a test
 //! fails; relative paths start with `tinyrun-test/<cid>` so that they land there too in the
@@ -92,8 +92,13 @@ impl Caller {
             let mount = PathBuf::from(CG).join(&name);
             let dir = mount.join("tinyrun-test").join(&cid).join(leaf(&key));
             std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-            // A new cpuset level has no cpus or mems: take the parent's, level by level.
-            for d in ["tinyrun-test".to_string(), format!("tinyrun-test/{cid}"), format!("tinyrun-test/{cid}/b")] {
+            // A new v1 cpuset level has no cpus or mems: take the parent's, level by level.
+            let levels = if host_is_v2() {
+                vec![]
+            } else {
+                vec!["tinyrun-test".to_string(), format!("tinyrun-test/{cid}"), format!("tinyrun-test/{cid}/b")]
+            };
+            for d in levels {
                 for f in ["cpuset.cpus", "cpuset.mems"] {
                     let (here, parent) = (mount.join(&d).join(f), mount.join(&d).parent().unwrap().join(f));
                     if here.exists() && std::fs::read_to_string(&here).unwrap().trim().is_empty() {
@@ -223,6 +228,10 @@ fn relative_path_goes_under_the_callers_cgroup_per_hierarchy() {
     // Later commands come from the test process, in none of the caller's cgroups.
     let ps = rt.run(&["ps", "--format", "json", &b.id]).expect_ok("ps");
     assert!(ps.stdout.contains(&pid.to_string()), "ps lists {pid}\n{ps}");
+    let ev = rt.run(&["events", "--stats", &b.id]).expect_ok("events --stats");
+    let v: Value = serde_json::from_str(ev.stdout.trim()).unwrap_or_else(|e| panic!("events --stats: {e}\n{ev}"));
+    assert_eq!(v["data"]["memory"]["usage"]["limit"].as_u64(), Some(67108864), "memory, read where it is\n{ev}");
+    assert!(v["data"]["pids"]["current"].as_u64() >= Some(1), "pids, read where they are\n{ev}");
     rt.run(&["pause", &b.id]).expect_ok("pause");
     assert_eq!(rt.status(&b.id).as_deref(), Some("paused"));
     let frozen =

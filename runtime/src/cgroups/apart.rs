@@ -9,9 +9,17 @@
 //! still goes to libcgroups when its controller shares the devices
 //! hierarchy's path, and is refused naming the field otherwise (`limits`).
 //! Values mean what runc's fs driver makes of them: 0 leaves a file alone.
+//!
+//! The statistics of such a cgroup are read here too ([`stats`]): cpu,
+//! memory and pids, each from its own hierarchy, in libcgroups' shape and
+//! from the same files it reads. blockIO and hugepage statistics are left
+//! empty.
 
 use std::path::{Path, PathBuf};
 
+use std::collections::HashMap;
+
+use libcgroups::stats::{CpuThrottling, CpuUsage, MemoryData, MemoryStats, Stats};
 use oci_spec::runtime::{LinuxCpu, LinuxMemory, LinuxResources};
 
 use super::{io_err, read_trim, Result};
@@ -87,6 +95,63 @@ fn cpu(c: &LinuxCpu, d: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Cpu, memory and pids statistics, each read under `dir(controller)`.
+/// A file that can't be read reads as zero (memsw without swap accounting).
+pub(super) fn stats(dir: impl Fn(&str) -> PathBuf) -> Stats {
+    let mut s = Stats::default();
+    let (acct, cpu, mem) = (dir("cpuacct"), dir("cpu"), dir("memory"));
+    let num = |d: &Path, f: &str| read_trim(&d.join(f)).parse::<u64>().unwrap_or(0);
+    let acct_stat = keyed(&acct.join("cpuacct.stat"));
+    s.cpu.usage = CpuUsage {
+        usage_total: num(&acct, "cpuacct.usage"),
+        usage_user: acct_stat.get("user").copied().unwrap_or(0),
+        usage_kernel: acct_stat.get("system").copied().unwrap_or(0),
+        per_core_usage_total: read_trim(&acct.join("cpuacct.usage_percpu"))
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect(),
+        ..Default::default()
+    };
+    let cpu_stat = keyed(&cpu.join("cpu.stat"));
+    let at = |k: &str| cpu_stat.get(k).copied().unwrap_or(0);
+    s.cpu.throttling = CpuThrottling {
+        periods: at("nr_periods"),
+        throttled_periods: at("nr_throttled"),
+        throttled_time: at("throttled_time"),
+    };
+    let data = |prefix: &str| MemoryData {
+        usage: num(&mem, &format!("{prefix}usage_in_bytes")),
+        max_usage: num(&mem, &format!("{prefix}max_usage_in_bytes")),
+        fail_count: num(&mem, &format!("{prefix}failcnt")),
+        limit: num(&mem, &format!("{prefix}limit_in_bytes")),
+    };
+    let stat = keyed(&mem.join("memory.stat"));
+    s.memory = MemoryStats {
+        memory: data("memory."),
+        memswap: data("memory.memsw."),
+        kernel: data("memory.kmem."),
+        kernel_tcp: data("memory.kmem.tcp."),
+        cache: stat.get("cache").copied().unwrap_or(0),
+        hierarchy: read_trim(&mem.join("memory.use_hierarchy")) == "1",
+        stats: stat,
+        ..Default::default()
+    };
+    if let Ok(p) = libcgroups::stats::pid_stats(&dir("pids")) {
+        s.pids = p;
+    }
+    s
+}
+
+/// A flat-keyed cgroup file (`key value` lines).
+fn keyed(p: &Path) -> HashMap<String, u64> {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let pair = |l: &str| {
+        let (k, v) = l.split_once(' ')?;
+        Some((k.to_string(), v.trim().parse().ok()?))
+    };
+    text.lines().filter_map(pair).collect()
+}
+
 /// One write, as the kernel wants cgroup values (no truncation).
 fn write(dir: &Path, file: &str, value: &str) -> Result<()> {
     use std::io::Write;
@@ -129,6 +194,28 @@ mod tests {
         assert_eq!(got("cpuset", "cpuset.cpus"), "0");
         assert!(!at("cpuset").join("cpuset.mems").exists(), "an empty mems is left alone");
         assert_eq!(rest(&r), LinuxResources::default());
+    }
+
+    #[test]
+    fn statistics_come_from_each_controllers_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let at = |c: &str| root.path().join(c).join("x");
+        put(&at("cpuacct"), "cpuacct.usage", "5000\n");
+        put(&at("cpuacct"), "cpuacct.stat", "user 3\nsystem 2\n");
+        put(&at("cpuacct"), "cpuacct.usage_percpu", "4000 1000 \n");
+        put(&at("cpu"), "cpu.stat", "nr_periods 10\nnr_throttled 4\nthrottled_time 777\n");
+        put(&at("memory"), "memory.usage_in_bytes", "8192\n");
+        put(&at("memory"), "memory.limit_in_bytes", "1048576\n");
+        put(&at("memory"), "memory.stat", "cache 4096\nrss 4096\n");
+        put(&at("pids"), "pids.current", "3\n");
+        put(&at("pids"), "pids.max", "max\n");
+        let s = stats(at);
+        assert_eq!((s.cpu.usage.usage_total, s.cpu.usage.usage_user, s.cpu.usage.usage_kernel), (5000, 3, 2));
+        assert_eq!(s.cpu.usage.per_core_usage_total, [4000, 1000]);
+        assert_eq!((s.cpu.throttling.throttled_periods, s.cpu.throttling.throttled_time), (4, 777));
+        assert_eq!((s.memory.memory.usage, s.memory.memory.limit, s.memory.cache), (8192, 1048576, 4096));
+        assert_eq!(s.memory.memswap.usage, 0, "no swap accounting: zero");
+        assert_eq!(s.pids.current, 3);
     }
 
     #[test]
