@@ -6,7 +6,7 @@
 //! start time: a pid the kernel has since handed to another process is never
 //! taken for the container's init.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
@@ -52,6 +52,11 @@ pub(crate) struct Record {
     /// The cgroup path the container was placed in, when cgroups are managed.
     #[serde(default)]
     pub cgroup_path: Option<String>,
+    /// v1 hierarchies where the cgroup's path is not `cgroup_path`, by
+    /// mount directory name (a relative cgroupsPath from a caller whose
+    /// cgroups differ per hierarchy). Absent from older records: none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cgroup_paths: BTreeMap<String, String>,
     /// Device and inode of init's executable while it waits for `start`
     /// (the runtime's own binary): once init has exec'd the program it
     /// differs, which is what "running" means.
@@ -322,6 +327,7 @@ mod tests {
             systemd_cgroup: true,
             own_pid_ns: true,
             cgroup_path: None,
+            cgroup_paths: BTreeMap::new(),
             init_exe: None,
             ptrace_possible: false,
             host_root_mount: Some(("/x/rootfs".into(), 99)),

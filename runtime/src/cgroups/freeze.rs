@@ -2,6 +2,7 @@
 //! signal to every process of the cgroup under a freeze (`kill --all`).
 //! Runs in the runtime process.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use libcgroups::common::{CgroupManager, FreezerState};
@@ -14,6 +15,12 @@ impl Cgroup {
     /// Freezes or thaws every process.
     pub(crate) fn freeze(&self, frozen: bool) -> Result<()> {
         let st = if frozen { FreezerState::Frozen } else { FreezerState::Thawed };
+        if self.split() {
+            // libcgroups' freezer touches only its own hierarchy: a manager
+            // built on the freezer's path is right for it.
+            let path = self.per.get("freezer").unwrap_or(&self.recorded);
+            return self.mgr_at(path)?.freeze(st).map_err(self.err(if frozen { "freeze" } else { "thaw" }));
+        }
         self.mgr()?.freeze(st).map_err(self.err(if frozen { "freeze" } else { "thaw" }))
     }
 
@@ -48,20 +55,21 @@ impl Cgroup {
 
 /// The freezer state of the cgroup a record names, without building a
 /// manager (`state` asks for every container in `list`).
-pub(crate) fn is_frozen(recorded: &str, systemd: bool) -> bool {
-    frozen_at(Path::new(ROOT), recorded, systemd)
+pub(crate) fn is_frozen(recorded: &str, per: &BTreeMap<String, String>, systemd: bool) -> bool {
+    frozen_at(Path::new(ROOT), recorded, per, systemd)
 }
 
-fn frozen_at(root: &Path, recorded: &str, systemd: bool) -> bool {
+fn frozen_at(root: &Path, recorded: &str, per: &BTreeMap<String, String>, systemd: bool) -> bool {
     if systemd {
         return false;
     }
     let rel = recorded.trim_start_matches('/');
     let v2 = root.join(rel).join("cgroup.freeze");
-    if v2.exists() {
+    if per.is_empty() && v2.exists() {
         return read_trim(&v2) == "1";
     }
-    read_trim(&root.join("freezer").join(rel).join("freezer.state")) == "FROZEN"
+    let frz = per.get("freezer").map_or(rel, |p| p.trim_start_matches('/'));
+    read_trim(&root.join("freezer").join(frz).join("freezer.state")) == "FROZEN"
 }
 
 #[cfg(test)]
@@ -86,14 +94,19 @@ mod tests {
     #[test]
     fn a_record_is_frozen_by_whichever_freezer_it_has() {
         let root = tempfile::tempdir().unwrap();
-        assert!(!frozen_at(root.path(), "/t/a", false));
+        let none = BTreeMap::new();
+        assert!(!frozen_at(root.path(), "/t/a", &none, false));
         put(&root.path().join("freezer/t/a"), "freezer.state", "FROZEN\n");
-        assert!(frozen_at(root.path(), "/t/a", false));
-        assert!(!frozen_at(root.path(), "/t/a", true), "the systemd driver is not read");
+        assert!(frozen_at(root.path(), "/t/a", &none, false));
+        assert!(!frozen_at(root.path(), "/t/a", &none, true), "the systemd driver is not read");
         // A v2 file, when there is one, decides.
         put(&root.path().join("t/a"), "cgroup.freeze", "0\n");
-        assert!(!frozen_at(root.path(), "t/a", false));
+        assert!(!frozen_at(root.path(), "t/a", &none, false));
         put(&root.path().join("t/a"), "cgroup.freeze", "1\n");
-        assert!(frozen_at(root.path(), "t/a", false));
+        assert!(frozen_at(root.path(), "t/a", &none, false));
+        let per: BTreeMap<String, String> = [("freezer".to_string(), "/f/a".to_string())].into();
+        assert!(!frozen_at(root.path(), "t/a", &per, false), "split: the freezer's own path is read");
+        put(&root.path().join("freezer/f/a"), "freezer.state", "FROZEN\n");
+        assert!(frozen_at(root.path(), "t/a", &per, false));
     }
 }

@@ -109,8 +109,12 @@ impl Cgroup {
         if self.self_joined.get() {
             return Ok(());
         }
-        self.mgr()?.add_task(pid).map_err(self.err("add process"))?;
-        for dir in &self.extra {
+        // libcgroups' manager puts a task at one path in every hierarchy.
+        let own_dirs = if self.split() { self.dirs() } else { Vec::new() };
+        if !self.split() {
+            self.mgr()?.add_task(pid).map_err(self.err("add process"))?;
+        }
+        for dir in own_dirs.iter().chain(&self.extra) {
             std::fs::create_dir_all(dir).map_err(io_err("create", dir))?;
             let procs = dir.join("cgroup.procs");
             std::fs::write(&procs, pid.as_raw().to_string()).map_err(io_err("write", &procs))?;

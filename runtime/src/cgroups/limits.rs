@@ -6,14 +6,27 @@ use libcgroups::common::{CgroupManager, ControllerOpt};
 use oci_spec::runtime::{LinuxDevice, LinuxDeviceCgroup, LinuxDeviceType, LinuxResources};
 
 use super::check::Layout;
-use super::{v1, Cgroup, CgroupError, Result};
+use super::{apart, v1, Cgroup, CgroupError, Result};
 
 impl Cgroup {
     /// Applies `r` (all of it, as given) to the live cgroup.
     pub(crate) fn apply(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
-        let r = with_device_allows(r, devices);
-        if self.layout != Layout::Unified && !self.systemd && v1::handles(&r) {
-            return v1::apply(&r, &self.v1_dir("devices"), &self.v1_dir("pids"));
+        let mut r = with_device_allows(r, devices);
+        if self.layout != Layout::Unified && !self.systemd && (v1::handles(&r) || self.split()) {
+            v1::apply(&r, &self.v1_dir("devices"), &self.v1_dir("pids"))?;
+            if v1::handles(&r) {
+                return Ok(());
+            }
+            r.set_devices(None).set_pids(None);
+            if self.split() {
+                apart::apply(&r, |c| self.v1_dir(c))?;
+                let rest = apart::rest(&r);
+                self.check_split(&rest)?;
+                if rest == LinuxResources::default() {
+                    return self.write_burst(&r);
+                }
+                r = rest;
+            }
         }
         let opt = ControllerOpt {
             resources: &r,
@@ -31,6 +44,11 @@ impl Cgroup {
             other => other.map_err(self.err("apply linux.resources"))?,
         }
         // libcgroups' v1 cpu controller skips a cpu block holding only a burst.
+        self.write_burst(&r)
+    }
+
+    /// `cpu.burst` on v1, which libcgroups' v1 manager leaves out.
+    fn write_burst(&self, r: &LinuxResources) -> Result<()> {
         let c = r.cpu().as_ref();
         if let (Some(burst), Layout::Legacy | Layout::Hybrid) = (c.and_then(|c| c.burst()), self.layout) {
             let f = self.v1_dir("cpu").join("cpu.cfs_burst_us");
@@ -54,6 +72,52 @@ impl Cgroup {
 
 /// runc allows the device nodes `linux.devices` makes, after the spec's own
 /// rules (libcgroups adds only its default set).
+impl Cgroup {
+    /// With paths that differ per hierarchy, libcgroups (one path for all,
+    /// and device rules written on every apply) can set only limits whose
+    /// controllers share the devices hierarchy's path, the record.
+    fn check_split(&self, r: &LinuxResources) -> Result<()> {
+        if !self.split() {
+            return Ok(());
+        }
+        for (field, ctrl) in controllers_of(r) {
+            let mount = self.mounts.iter().find(|m| m.controllers.iter().any(|c| c == ctrl));
+            let here = mount.map_or(self.rel(), |m| self.rel_in(m));
+            if here != self.rel() {
+                let why = format!(
+                    "with a relative cgroupsPath, this process's own cgroups put the container's {ctrl} cgroup \
+                     (/{here}) apart from its devices cgroup ({}); tinyrun sets {ctrl} limits only beside the \
+                     devices one: give an absolute cgroupsPath",
+                    self.recorded
+                );
+                return Err(CgroupError::Refused { field: field.into(), why });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `linux.resources` fields beyond those `v1` and `apart` write that
+/// `r` sets, with the v1 controller each needs.
+fn controllers_of(r: &LinuxResources) -> Vec<(&'static str, &'static str)> {
+    let mut out = Vec::new();
+    if r.block_io().is_some() {
+        out.push(("linux.resources.blockIO", "blkio"));
+    }
+    if r.hugepage_limits().as_ref().is_some_and(|h| !h.is_empty()) {
+        out.push(("linux.resources.hugepageLimits", "hugetlb"));
+    }
+    if let Some(n) = r.network() {
+        if n.class_id().is_some() {
+            out.push(("linux.resources.network.classID", "net_cls"));
+        }
+        if n.priorities().is_some() {
+            out.push(("linux.resources.network.priorities", "net_prio"));
+        }
+    }
+    out
+}
+
 fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResources {
     let mut r = r.clone();
     if devices.is_empty() {
@@ -77,7 +141,7 @@ fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResou
 #[cfg(test)]
 mod tests {
     use super::super::fixture::{self, put};
-    use super::super::read_trim;
+    use super::super::{read_trim, Mount};
     use super::*;
 
     fn devices(json: serde_json::Value) -> Vec<LinuxDevice> {
@@ -106,6 +170,47 @@ mod tests {
         r.set_devices(None);
         assert!(with_device_allows(&r, &[]).devices().is_none(), "no rules stay no rules");
         assert_eq!(rules(&with_device_allows(&r, &d[..1])), ["c 10:229 rwm"]);
+    }
+
+    #[test]
+    fn split_hierarchies_take_devices_and_pids_and_refuse_limits_elsewhere() {
+        let root = tempfile::tempdir().unwrap();
+        let ms = fixture::hybrid_mounts(root.path());
+        let per = [("memory".to_string(), "/m/ct".to_string())].into();
+        let cg = Cgroup::open_with(root.path(), "/d/ct".into(), per, false, "ct", Layout::Hybrid, ms);
+        put(&root.path().join("pids/d/ct"), "pids.max", "");
+        put(&root.path().join("devices/d/ct"), "devices.deny", "");
+        put(&root.path().join("devices/d/ct"), "devices.allow", "");
+        let mut r: LinuxResources = serde_json::from_value(serde_json::json!({
+            "devices": [{"allow": false, "access": "rwm"}], "pids": {"limit": 9}
+        }))
+        .unwrap();
+        cg.apply(&r, &[]).unwrap();
+        assert_eq!(read_trim(&root.path().join("pids/d/ct/pids.max")), "9");
+        assert_eq!(read_trim(&root.path().join("devices/d/ct/devices.deny")), "a *:* rwm");
+        r.set_memory(serde_json::from_value(serde_json::json!({"limit": 1048576})).unwrap());
+        put(&root.path().join("memory/m/ct"), "memory.limit_in_bytes", "");
+        cg.apply(&r, &[]).unwrap();
+        assert_eq!(
+            read_trim(&root.path().join("memory/m/ct/memory.limit_in_bytes")),
+            "1048576",
+            "memory at its own path"
+        );
+        let mut far = r.clone();
+        let blkio = serde_json::json!({"weight": 100});
+        far.set_block_io(Some(serde_json::from_value(blkio).unwrap()));
+        let per = [("blkio".to_string(), "/b/ct".to_string()), ("memory".to_string(), "/m/ct".to_string())].into();
+        let mut ms = fixture::hybrid_mounts(root.path());
+        let blkio = Mount {
+            dir: root.path().join("blkio"),
+            controllers: vec!["blkio".into()],
+            v2: false,
+            options: "blkio".into(),
+        };
+        ms.push(blkio);
+        let cg = Cgroup::open_with(root.path(), "/d/ct".into(), per, false, "ct", Layout::Hybrid, ms);
+        let e = cg.apply(&far, &[]).unwrap_err().to_string();
+        assert!(e.contains("linux.resources.blockIO") && e.contains("/b/ct") && e.contains("/d/ct"), "{e}");
     }
 
     #[test]

@@ -25,6 +25,16 @@ impl Cgroup {
         Ok(self.mgr.get_or_init(|| m))
     }
 
+    /// A manager of libcgroups' built on `path` for every hierarchy, for a
+    /// cgroup whose paths differ per hierarchy: the caller uses it only for
+    /// controllers whose path is `path`.
+    pub(super) fn mgr_at(&self, path: &str) -> Result<AnyCgroupManager> {
+        ensure_spare_fds()?;
+        let cfg =
+            CgroupConfig { cgroup_path: PathBuf::from(path), systemd_cgroup: false, container_name: self.id.clone() };
+        create_cgroup_manager(cfg).map_err(|e| CgroupError::Path(format!("cgroup {path}: {e}")))
+    }
+
     /// Wraps a manager error with the operation and this cgroup's path.
     pub(super) fn err(&self, op: &'static str) -> impl FnOnce(AnyManagerError) -> CgroupError + '_ {
         move |source| CgroupError::Manager { op, path: self.recorded.clone(), source: Box::new(source) }

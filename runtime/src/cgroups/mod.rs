@@ -15,8 +15,13 @@
 //!   every line of the container's `/proc/self/cgroup` names its own cgroup
 //!   and, inside its cgroup namespace, reads `/`.
 //! * libcgroups' v1 manager treats a relative path as relative to each
-//!   hierarchy's root; runc puts it under the runtime's own cgroup. The path
-//!   is resolved here first (see `path`) and handed over absolute.
+//!   hierarchy's root; runc puts it under the runtime's own cgroup in each
+//!   hierarchy. The path is resolved here first (see `path`) and handed
+//!   over absolute. Where the runtime's cgroups differ per hierarchy, so do
+//!   the container's ([`Cgroup::per`]); libcgroups' v1 manager takes one
+//!   path for all, so then this module writes device rules, pids, memory,
+//!   cpu and cpuset itself (`v1`, `apart`), and hands libcgroups only
+//!   limits whose controllers share the devices hierarchy's path (`limits`).
 //! * libcgroups' v2 manager makes the directory only when adding a task;
 //!   for `CLONE_INTO_CGROUP` it must exist (with its limits) before the
 //!   clone, so [`Cgroup::prepare`] makes it the same way.
@@ -38,6 +43,7 @@
 //! Every path is taken under the handle's `root` (`/sys/fs/cgroup` outside
 //! tests), so the file-level logic is unit-tested on tempdir fixtures.
 
+mod apart;
 mod check;
 mod destroy;
 mod freeze;
@@ -53,6 +59,7 @@ pub(crate) mod stats;
 mod v1;
 
 use std::cell::{Cell, OnceCell};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use libcgroups::common::AnyCgroupManager;
@@ -83,6 +90,11 @@ fn read_trim(p: &Path) -> String {
 pub(crate) struct Cgroup {
     /// What the state record keeps: an absolute path, or `slice:prefix:name`.
     recorded: String,
+    /// v1 hierarchies (by mount directory name: `memory`, `cpu,cpuacct`,
+    /// `systemd`, `unified`) where the cgroup's path is not `recorded`:
+    /// a relative cgroupsPath from a caller whose cgroups differ per
+    /// hierarchy. Kept in the state record beside `recorded`.
+    per: BTreeMap<String, String>,
     layout: Layout,
     systemd: bool,
     id: String,
@@ -113,9 +125,35 @@ impl Cgroup {
         &self.recorded
     }
 
+    /// The per-hierarchy paths to keep in the state record beside
+    /// [`Cgroup::recorded`] (empty unless they differ).
+    pub(crate) fn per_hierarchy(&self) -> &BTreeMap<String, String> {
+        &self.per
+    }
+
+    /// The cgroup's path in the hybrid host's cgroup2 hierarchy (v2: its
+    /// only one), as `/proc/<pid>/cgroup` shows it on the `0::` line.
+    pub(crate) fn unified_path(&self) -> &str {
+        self.per.get("unified").unwrap_or(&self.recorded)
+    }
+
+    /// Whether the cgroup's paths differ between v1 controller hierarchies
+    /// (libcgroups' manager takes one path for them all; the named and
+    /// cgroup2 hierarchies are this module's own).
+    fn split(&self) -> bool {
+        let differs = |m: &&Mount| m.dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| self.per.contains_key(n));
+        self.mounts.iter().filter(|m| !m.controllers.is_empty()).any(|m| differs(&m))
+    }
+
     /// The recorded path below a hierarchy's mount point.
     fn rel(&self) -> &str {
         self.recorded.trim_start_matches('/')
+    }
+
+    /// The cgroup's path below the mount point of hierarchy `m`.
+    fn rel_in(&self, m: &Mount) -> &str {
+        let path = m.dir.file_name().and_then(|n| self.per.get(n.to_str()?));
+        path.unwrap_or(&self.recorded).trim_start_matches('/')
     }
 
     /// Every directory of the cgroup (not for the systemd driver, whose
@@ -126,7 +164,7 @@ impl Cgroup {
         }
         match self.layout {
             Layout::Unified => vec![self.v2_dir()],
-            _ => self.mounts.iter().filter(|m| !m.controllers.is_empty()).map(|m| m.dir.join(self.rel())).collect(),
+            _ => self.mounts.iter().filter(|m| !m.controllers.is_empty()).map(|m| m.dir.join(self.rel_in(m))).collect(),
         }
     }
 
@@ -135,9 +173,10 @@ impl Cgroup {
     }
 
     fn v1_dir(&self, ctrl: &str) -> PathBuf {
-        let mount = self.mounts.iter().find(|m| m.controllers.iter().any(|c| c == ctrl));
-        let base = mount.map(|m| m.dir.clone()).unwrap_or_else(|| self.root.join(ctrl));
-        base.join(self.rel())
+        match self.mounts.iter().find(|m| m.controllers.iter().any(|c| c == ctrl)) {
+            Some(m) => m.dir.join(self.rel_in(m)),
+            None => self.root.join(ctrl).join(self.rel()),
+        }
     }
 }
 
@@ -165,7 +204,7 @@ mod fixture {
     /// A handle on `recorded` under `root`, as `open` would make it.
     pub(super) fn cgroup(root: &Path, layout: Layout, recorded: &str) -> Cgroup {
         let mounts = if layout == Layout::Unified { Vec::new() } else { hybrid_mounts(root) };
-        Cgroup::open_with(root, recorded.into(), false, "ct", layout, mounts)
+        Cgroup::open_with(root, recorded.into(), BTreeMap::new(), false, "ct", layout, mounts)
     }
 
     /// Writes `text` to `dir/file`, making `dir` first.
@@ -193,7 +232,8 @@ mod tests {
         let cg = fixture::cgroup(root, Layout::Unified, "/a/b");
         assert_eq!(cg.dirs(), vec![PathBuf::from("/fake/a/b")]);
         assert!(cg.extra.is_empty());
-        let sd = Cgroup::open_with(root, "system.slice:x:y".into(), true, "ct", Layout::Unified, Vec::new());
+        let sd =
+            Cgroup::open_with(root, "system.slice:x:y".into(), BTreeMap::new(), true, "ct", Layout::Unified, vec![]);
         assert!(sd.dirs().is_empty(), "systemd removes its own units");
     }
 }

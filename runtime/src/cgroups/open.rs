@@ -4,6 +4,7 @@
 //! runtime process; touches no cgroupfs.
 
 use std::cell::{Cell, OnceCell};
+use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
 use oci_spec::runtime::LinuxResources;
@@ -26,45 +27,48 @@ impl Cgroup {
         }
         let wanted = path::wanted(cgroups_path, id, systemd).map_err(CgroupError::Path)?;
         let own = || crate::sys::fs::read_proc("/proc/self/cgroup").unwrap_or_default();
-        let recorded = resolve(wanted, &host, own)?;
-        Ok(Self::open_with(Path::new(ROOT), recorded, systemd, id, host.layout, ms))
+        let (recorded, per) = resolve(wanted, &host, &ms, own)?;
+        Ok(Self::open_with(Path::new(ROOT), recorded, per, systemd, id, host.layout, ms))
     }
 
     /// Opens the cgroup a state record names.
-    pub(crate) fn open(recorded: &str, systemd: bool, id: &str) -> Result<Cgroup> {
-        if !systemd && !usable_record(recorded) {
-            return Err(CgroupError::Path(format!("state records an unusable cgroup path {recorded:?}")));
+    pub(crate) fn open(recorded: &str, per: &BTreeMap<String, String>, systemd: bool, id: &str) -> Result<Cgroup> {
+        let bad = |p: &str| !systemd && !usable_record(p);
+        if let Some(p) = std::iter::once(recorded).chain(per.values().map(String::as_str)).find(|p| bad(p)) {
+            return Err(CgroupError::Path(format!("state records an unusable cgroup path {p:?}")));
         }
         let (host, ms) = hierarchy::host()?;
-        Ok(Self::open_with(Path::new(ROOT), recorded.to_string(), systemd, id, host.layout, ms))
+        Ok(Self::open_with(Path::new(ROOT), recorded.to_string(), per.clone(), systemd, id, host.layout, ms))
     }
 
     /// The handle on `recorded` in the hierarchies `mounts` under `root`.
     pub(super) fn open_with(
         root: &Path,
         recorded: String,
+        per: BTreeMap<String, String>,
         systemd: bool,
         id: &str,
         layout: Layout,
         mounts: Vec<Mount>,
     ) -> Cgroup {
-        let rel = recorded.trim_start_matches('/');
-        let extra = match layout {
-            Layout::Unified => Vec::new(),
-            _ => mounts.iter().filter(|m| m.controllers.is_empty()).map(|m| m.dir.join(rel)).collect(),
-        };
-        Cgroup {
+        let mut cg = Cgroup {
             recorded,
+            per,
             layout,
             systemd,
             id: id.to_string(),
             root: root.to_path_buf(),
             mgr: OnceCell::new(),
-            extra,
+            extra: Vec::new(),
             mounts,
             prepared: Cell::new(false),
             self_joined: Cell::new(false),
+        };
+        if layout != Layout::Unified {
+            let extra = cg.mounts.iter().filter(|m| m.controllers.is_empty()).map(|m| m.dir.join(cg.rel_in(m)));
+            cg.extra = extra.collect();
         }
+        cg
     }
 
     /// Checks `r` against this host's controllers (for `update`).
@@ -88,27 +92,65 @@ fn usable_record(recorded: &str) -> bool {
 
 /// The path to record for `wanted`: a relative one goes under the runtime's
 /// own cgroup, read from `own` (`/proc/self/cgroup`) only then.
-fn resolve(wanted: path::Wanted, host: &Host, own: impl FnOnce() -> String) -> Result<String> {
+/// The record for `wanted`: one path, and (v1, relative) the hierarchies
+/// where the path differs from it.
+fn resolve(
+    wanted: path::Wanted,
+    host: &Host,
+    ms: &[Mount],
+    own: impl FnOnce() -> String,
+) -> Result<(String, BTreeMap<String, String>)> {
+    let one = |p: std::path::PathBuf| (p.to_string_lossy().into_owned(), BTreeMap::new());
     match wanted {
-        path::Wanted::Absolute(p) => Ok(p.to_string_lossy().into_owned()),
+        path::Wanted::Absolute(p) => Ok(one(p)),
         path::Wanted::Relative(rel) => {
             let own = path::parse_proc_cgroup(&own());
-            let resolved = if host.layout == Layout::Unified {
-                path::under_own_v2(&own, &rel)
-            } else {
-                let mut joined: Vec<&str> = host.controllers.iter().map(String::as_str).collect();
-                joined.push("name=systemd");
-                path::under_own_v1(&own, &joined, &rel)
-            };
-            Ok(resolved.map_err(CgroupError::Path)?.to_string_lossy().into_owned())
+            if host.layout == Layout::Unified {
+                return Ok(one(path::under_own_v2(&own, &rel).map_err(CgroupError::Path)?));
+            }
+            per_hierarchy(&own, ms, &rel)
         }
-        path::Wanted::Systemd { slice, prefix, name } => manager::systemd_recorded(&slice, &prefix, &name, host.layout),
+        path::Wanted::Systemd { slice, prefix, name } => {
+            Ok((manager::systemd_recorded(&slice, &prefix, &name, host.layout)?, BTreeMap::new()))
+        }
     }
+}
+
+/// A relative path on a v1 host, under our cgroup in each hierarchy. The
+/// devices hierarchy's path is the record (libcgroups' manager is built on
+/// it); the others that differ are listed by mount directory name.
+fn per_hierarchy(own: &[path::OwnLine], ms: &[Mount], rel: &Path) -> Result<(String, BTreeMap<String, String>)> {
+    let mut all = Vec::new();
+    for m in ms {
+        let Some(name) = m.dir.file_name().and_then(|n| n.to_str()) else { continue };
+        // runc 1.1 joins the hybrid host's cgroup2 hierarchy at the path
+        // taken from its root, not under our cgroup there.
+        let p = match m.v2 {
+            true => path::clean(&Path::new("/").join(rel)),
+            false => path::under_own_v1(own, own_line(m), rel).map_err(CgroupError::Path)?,
+        };
+        all.push((name.to_string(), p.to_string_lossy().into_owned(), m.controllers.iter().any(|c| c == "devices")));
+    }
+    let main = all.iter().find(|(_, _, dev)| *dev).or(all.first()).map(|(_, p, _)| p.clone());
+    let main = main.ok_or_else(|| CgroupError::Path("no cgroup v1 hierarchy is mounted".into()))?;
+    let per = all.into_iter().filter(|(_, p, _)| *p != main).map(|(n, p, _)| (n, p)).collect();
+    Ok((main, per))
+}
+
+/// Which line of `/proc/self/cgroup` is v1 hierarchy `m`'s: a controller,
+/// or the `name=` of a named one.
+fn own_line(m: &Mount) -> &str {
+    if let Some(c) = m.controllers.first() {
+        return c;
+    }
+    let opts = || m.options.split(',');
+    opts().find(|o| o.starts_with("name=")).or_else(|| opts().find(|o| *o != "xattr")).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn host(layout: Layout, ctrls: &[&str]) -> Host {
         Host { layout, controllers: ctrls.iter().map(|c| c.to_string()).collect() }
@@ -120,28 +162,53 @@ mod tests {
         for bad in ["", "/", "//", "/a/../b", "../x", "a/.."] {
             assert!(!usable_record(bad), "{bad:?}");
         }
-        let e = Cgroup::open("/", false, "ct").err().unwrap().to_string();
+        let e = Cgroup::open("/", &BTreeMap::new(), false, "ct").err().unwrap().to_string();
         assert!(e.contains("unusable cgroup path"), "{e}");
     }
 
     #[test]
     fn absolute_paths_ignore_our_own_cgroup() {
         let want = path::Wanted::Absolute("/a/b".into());
-        let got = resolve(want, &host(Layout::Hybrid, &["cpu"]), || panic!("/proc/self/cgroup read")).unwrap();
-        assert_eq!(got, "/a/b");
+        let ms = super::super::fixture::hybrid_mounts(Path::new("/fake"));
+        let got = resolve(want, &host(Layout::Hybrid, &["cpu"]), &ms, || panic!("/proc/self/cgroup read")).unwrap();
+        assert_eq!(got, ("/a/b".to_string(), BTreeMap::new()));
     }
 
     #[test]
-    fn relative_paths_go_under_our_cgroup_in_the_joined_hierarchies() {
+    fn relative_paths_go_under_our_cgroup_in_each_hierarchy() {
         let rel = || path::Wanted::Relative("c".into());
-        // On v1 the named systemd hierarchy is joined too, so it must agree.
-        let own = "12:name=systemd:/sup\n4:memory:/sup\n3:pids:/sup\n0::/\n";
+        let ms = super::super::fixture::hybrid_mounts(Path::new("/fake"));
         let h = host(Layout::Hybrid, &["memory", "pids"]);
-        assert_eq!(resolve(rel(), &h, || own.into()).unwrap(), "/sup/c");
-        let split = "12:name=systemd:/elsewhere\n4:memory:/sup\n3:pids:/sup\n";
-        let e = resolve(rel(), &h, || split.into()).unwrap_err().to_string();
-        assert!(e.contains("name=systemd: /elsewhere"), "{e}");
-        let v2 = resolve(rel(), &host(Layout::Unified, &["memory"]), || "0::/user.slice/s.scope\n".into());
-        assert_eq!(v2.unwrap(), "/user.slice/c");
+        let same = "12:name=systemd:/sup\n9:cpuset:/sup\n8:freezer:/sup\n7:devices:/sup\n4:memory:/sup\n\
+                    3:pids:/sup\n2:cpu,cpuacct:/sup\n0::/sup\n";
+        let unified: BTreeMap<String, String> = [("unified".to_string(), "/c".to_string())].into();
+        assert_eq!(resolve(rel(), &h, &ms, || same.into()).unwrap(), ("/sup/c".to_string(), unified));
+        let split = same.replace("name=systemd:/sup", "name=systemd:/s").replace("memory:/sup", "memory:/m");
+        let (main, per) = resolve(rel(), &h, &ms, || split.clone()).unwrap();
+        assert_eq!(main, "/sup/c", "the devices hierarchy's path is the record");
+        let want: BTreeMap<String, String> =
+            [("memory", "/m/c"), ("systemd", "/s/c"), ("unified", "/c")].map(|(k, v)| (k.into(), v.into())).into();
+        // cgroup2 at `/c` though we are at /sup there: runc 1.1 takes it from the root.
+        assert_eq!(per, want);
+        let cg = Cgroup::open_with(Path::new("/fake"), main, per, false, "ct", Layout::Hybrid, ms.clone());
+        assert_eq!(cg.v1_dir("memory"), PathBuf::from("/fake/memory/m/c"));
+        assert_eq!(cg.v1_dir("pids"), PathBuf::from("/fake/pids/sup/c"));
+        assert_eq!(cg.extra, [PathBuf::from("/fake/systemd/s/c"), PathBuf::from("/fake/unified/c")]);
+        assert_eq!(cg.unified_path(), "/c");
+        assert!(cg.split());
+        let (main, per) = resolve(rel(), &h, &ms, || same.into()).unwrap();
+        let cg = Cgroup::open_with(Path::new("/fake"), main, per, false, "ct", Layout::Hybrid, ms.clone());
+        assert!(!cg.split(), "the v1 controllers agree: libcgroups' manager serves");
+        let e = resolve(rel(), &h, &ms, || "4:memory:/m\n".into()).unwrap_err().to_string();
+        assert!(e.contains("/proc/self/cgroup"), "a hierarchy missing from /proc/self/cgroup: {e}");
+        let v2 = resolve(rel(), &host(Layout::Unified, &["memory"]), &[], || "0::/user.slice/s.scope\n".into());
+        assert_eq!(v2.unwrap().0, "/user.slice/c");
+    }
+
+    #[test]
+    fn a_damaged_per_hierarchy_record_is_refused() {
+        let per: BTreeMap<String, String> = [("memory".to_string(), "/a/../b".to_string())].into();
+        let e = Cgroup::open("/ok", &per, false, "ct").err().unwrap().to_string();
+        assert!(e.contains("\"/a/../b\""), "{e}");
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! * cgroupfs driver: an absolute path is taken from the hierarchy's root; a
 //!   relative one goes under the runtime's own cgroup (v1: the cgroup in each
-//!   hierarchy; v2: the *parent* of the runtime's cgroup, which can't take
+//!   hierarchy, so the container's may differ per hierarchy; v2: the *parent* of the runtime's cgroup, which can't take
 //!   children while it holds processes); an absent one is the relative
 //!   `<id>` (runc's `c.Name = id`). `..` can never climb above the base.
 //! * systemd driver (`--systemd-cgroup`): `slice:prefix:name`.
@@ -100,32 +100,15 @@ pub(crate) fn under_own_v2(own: &[OwnLine], rel: &Path) -> Result<PathBuf, Strin
     Ok(clean(&parent.join(rel)))
 }
 
-/// Resolves a relative path on a v1 host: under our cgroup in the
-/// hierarchies of `controllers`.
-///
-/// libcgroups' v1 manager takes one path for every hierarchy, while runc
-/// joins the relative path to the runtime's cgroup *per hierarchy*. When
-/// those differ (on this kind of host: memory in a supervisor's cgroup,
-/// everything else at `/`) no single path is right, so this refuses rather
-/// than put the container somewhere runc would not.
-pub(crate) fn under_own_v1(own: &[OwnLine], controllers: &[&str], rel: &Path) -> Result<PathBuf, String> {
-    let mut base: Option<(&str, &str)> = None;
-    for c in controllers {
-        let Some(line) = own.iter().find(|l| l.controllers.iter().any(|x| x == c)) else { continue };
-        match base {
-            None => base = Some((c, &line.path)),
-            Some((other, p)) if p != line.path => {
-                return Err(format!(
-                    "relative linux.cgroupsPath {:?}: this process is in different cgroups per v1 hierarchy \
-                     ({other}: {p}, {c}: {}); give an absolute cgroupsPath",
-                    rel, line.path
-                ))
-            }
-            Some(_) => {}
-        }
-    }
-    let (_, p) = base.ok_or("no cgroup v1 controller in /proc/self/cgroup")?;
-    Ok(clean(&Path::new(p).join(rel)))
+/// Resolves a relative path in one v1 hierarchy: under our own cgroup *in
+/// that hierarchy*, as runc's fs driver does, so the container's cgroups
+/// lie apart when ours do. `line` names the hierarchy's line of
+/// `/proc/self/cgroup`: a controller (`memory`) or a named hierarchy
+/// (`name=systemd`).
+pub(crate) fn under_own_v1(own: &[OwnLine], line: &str, rel: &Path) -> Result<PathBuf, String> {
+    let found = own.iter().find(|l| l.controllers.iter().any(|c| c == line));
+    let base = found.ok_or_else(|| format!("no line for {line:?} in /proc/self/cgroup"))?;
+    Ok(clean(&Path::new(&base.path).join(rel)))
 }
 
 #[cfg(test)]
@@ -160,14 +143,18 @@ mod tests {
     const HYBRID: &str = "9:name=systemd:/\n8:pids:/\n4:memory:/sup/xyz\n1:cpu:/\n0::/\n";
 
     #[test]
-    fn relative_v1_refuses_split_hierarchies_and_follows_a_common_one() {
+    fn relative_v1_goes_under_our_cgroup_in_each_hierarchy() {
         let own = parse_proc_cgroup(HYBRID);
         assert_eq!(own[2], OwnLine { controllers: vec!["memory".into()], path: "/sup/xyz".into() });
-        let e = under_own_v1(&own, &["cpu", "memory", "pids"], Path::new("c")).unwrap_err();
-        assert!(e.contains("memory: /sup/xyz") && e.contains("absolute"), "{e}");
-        assert_eq!(under_own_v1(&own, &["cpu", "pids"], Path::new("c/d")).unwrap(), PathBuf::from("/c/d"));
-        let own = parse_proc_cgroup("3:cpu,cpuacct:/user/1\n2:pids:/user/1\n");
-        assert_eq!(under_own_v1(&own, &["cpu", "pids"], Path::new("c")).unwrap(), PathBuf::from("/user/1/c"));
+        let at = |line| under_own_v1(&own, line, Path::new("c/d")).unwrap();
+        assert_eq!(at("memory"), PathBuf::from("/sup/xyz/c/d"), "memory: under our memory cgroup");
+        assert_eq!(at("pids"), PathBuf::from("/c/d"));
+        assert_eq!(at("name=systemd"), PathBuf::from("/c/d"));
+        let e = under_own_v1(&own, "blkio", Path::new("c")).unwrap_err();
+        assert!(e.contains("blkio"), "{e}");
+        let own = parse_proc_cgroup("3:cpu,cpuacct:/user/1\n2:pids:/user/2\n");
+        assert_eq!(under_own_v1(&own, "cpuacct", Path::new("c")).unwrap(), PathBuf::from("/user/1/c"));
+        assert_eq!(under_own_v1(&own, "pids", Path::new("c")).unwrap(), PathBuf::from("/user/2/c"));
     }
 
     #[test]

@@ -31,7 +31,12 @@ impl Cgroup {
 
     /// Statistics in runc's `events` shape.
     pub(crate) fn stats(&self) -> Result<StatsData> {
-        let s = self.mgr()?.stats().map_err(self.err("read statistics"))?;
+        // libcgroups' v1 statistics read every hierarchy at one path.
+        let s = if self.split() {
+            super::apart::stats(|c| self.v1_dir(c))
+        } else {
+            self.mgr()?.stats().map_err(self.err("read statistics"))?
+        };
         let (cpus, mems) = match self.layout {
             Layout::Unified => {
                 (self.v2_dir().join("cpuset.cpus.effective"), self.v2_dir().join("cpuset.mems.effective"))

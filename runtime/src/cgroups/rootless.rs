@@ -25,21 +25,10 @@ impl Cgroup {
         if cgroups_path.is_some_and(|p| !p.is_empty()) {
             return Cgroup::for_create(cgroups_path, id, false, Some(r)).map(Some);
         }
-        match Cgroup::for_create(None, id, false, Some(r)) {
-            Ok(cg) => match cg.unwritable() {
-                None => Ok(Some(cg)),
-                Some(dir) => refuse_limits(r, cg.layout, &dir).map(|()| None),
-            },
-            // v1 with the caller in different cgroups per hierarchy: runc
-            // would try each and, lacking permission, use none.
-            Err(CgroupError::Path(why)) => {
-                let (host, _) = super::hierarchy::host()?;
-                if host.layout == Layout::Unified {
-                    return Err(CgroupError::Path(why));
-                }
-                refuse_limits(r, host.layout, Path::new(super::ROOT)).map(|()| None)
-            }
-            Err(e) => Err(e),
+        let cg = Cgroup::for_create(None, id, false, Some(r))?;
+        match cg.unwritable() {
+            None => Ok(Some(cg)),
+            Some(dir) => refuse_limits(r, cg.layout, &dir).map(|()| None),
         }
     }
 

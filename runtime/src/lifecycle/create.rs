@@ -254,7 +254,7 @@ fn self_join(
     let Some(sj) = self_join else { return Ok(None) };
     cfg.cgroup_tasks = sj.tasks;
     Ok(sj.unified.map(|(fd, procs)| {
-        cfg.cgroup_unified = Some((procs, cgroup.recorded().to_string()));
+        cfg.cgroup_unified = Some((procs, cgroup.unified_path().to_string()));
         fd
     }))
 }
@@ -283,6 +283,7 @@ fn record(
         systemd_cgroup: opts.systemd_cgroup,
         own_pid_ns: cfg.plan.is_new(LinuxNamespaceType::Pid),
         cgroup_path: cgroup.map(|c| c.recorded().to_string()),
+        cgroup_paths: cgroup.map(|c| c.per_hierarchy().clone()).unwrap_or_default(),
         init_exe: crate::state::proc_exe(pid.as_raw()),
         ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, cfg.plan.other_user_ns()),
         host_root_mount,

@@ -237,7 +237,8 @@ impl Container {
         let sj = cgroup.and_then(|cg| cg.existing_self_join())?;
         cfg.cgroup_tasks = sj.tasks;
         let (fd, procs) = sj.unified?;
-        cfg.cgroup_unified = Some((procs, self.rec.cgroup_path.clone().unwrap_or_default()));
+        let path = self.rec.cgroup_paths.get("unified").or(self.rec.cgroup_path.as_ref());
+        cfg.cgroup_unified = Some((procs, path.cloned().unwrap_or_default()));
         Some(fd)
     }
 

@@ -13,7 +13,7 @@ impl Container {
     /// written before cgroups were managed).
     pub(crate) fn cgroup(&self) -> Result<Option<Cgroup>> {
         let Some(path) = self.rec.cgroup_path.as_deref() else { return Ok(None) };
-        Ok(Some(Cgroup::open(path, self.rec.systemd_cgroup, &self.rec.id)?))
+        Ok(Some(Cgroup::open(path, &self.rec.cgroup_paths, self.rec.systemd_cgroup, &self.rec.id)?))
     }
 
     pub(crate) fn cgroup_required(&self) -> Result<Cgroup> {

@@ -63,7 +63,8 @@ pub(crate) fn status_of(lock: &StateDir, rec: &Record) -> Status {
                 (Some(at_create), Some(now)) => at_create == now,
                 _ => lock.path(START_SOCKET).exists(),
             };
-            if rec.cgroup_path.as_deref().is_some_and(|p| crate::cgroups::is_frozen(p, rec.systemd_cgroup)) {
+            let frozen = |p: &str| crate::cgroups::is_frozen(p, &rec.cgroup_paths, rec.systemd_cgroup);
+            if rec.cgroup_path.as_deref().is_some_and(frozen) {
                 Status::Paused
             } else if waiting {
                 Status::Created

@@ -20,7 +20,8 @@ impl Container {
     /// without a cgroup, or one already removed, reads as zeros.
     pub fn usage(&self) -> Usage {
         let Some(path) = self.rec.cgroup_path.as_deref() else { return Usage::default() };
-        let Ok(cg) = crate::cgroups::Cgroup::open(path, self.rec.systemd_cgroup, &self.rec.id) else {
+        let Ok(cg) = crate::cgroups::Cgroup::open(path, &self.rec.cgroup_paths, self.rec.systemd_cgroup, &self.rec.id)
+        else {
             return Usage::default();
         };
         let (cpu_ns, peak_memory) = cg.usage();
