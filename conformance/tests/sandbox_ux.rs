@@ -282,6 +282,13 @@ fn reapers(sb: &Sbx) -> Vec<i32> {
         .collect()
 }
 
+/// The root's reapers, once one has named itself: `launch` returns as soon as it has forked the
+/// reaper, which takes its name a moment later (seconds, on a loaded machine).
+fn started_reapers(sb: &Sbx) -> Vec<i32> {
+    wait_for("the reaper to start", 5, || !reapers(sb).is_empty());
+    reapers(sb)
+}
+
 fn box_exists(sb: &Sbx, id: &str) -> bool {
     sb.rt.root().join("sandbox").join(id).exists() || sb.rt.root().join("sandbox-bundles").join(id).exists()
 }
@@ -306,9 +313,9 @@ fn a_launched_box_ends_with_its_lifetime() {
     sb.assert_clean("the end of a box's lifetime");
 
     let id = sb.launch(&["--lifetime", "2s", "--timeout", "60s"]);
-    let keepers = reapers(&sb);
-    assert_eq!(keepers.len(), 1, "one reaper for the box: {keepers:?}");
     let t0 = Instant::now();
+    let keepers = started_reapers(&sb);
+    assert_eq!(keepers.len(), 1, "one reaper for the box: {keepers:?}");
     wait_for("the idle box to be purged", 6, || !box_exists(&sb, &id));
     saw(sb.name, format!("launch --lifetime 2s, left alone: purged after {:?}", t0.elapsed()));
     assert!(t0.elapsed() >= Duration::from_millis(1500), "purged before its lifetime: {:?}", t0.elapsed());
@@ -316,7 +323,7 @@ fn a_launched_box_ends_with_its_lifetime() {
 
     // The reaper dies (a crash, a kill): the next command of the root does its work.
     let id = sb.launch(&["--lifetime", "1s"]);
-    for p in reapers(&sb) {
+    for p in started_reapers(&sb) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL).expect("kill the reaper");
     }
     wait_for("the reaper to go", 3, || reapers(&sb).is_empty());
