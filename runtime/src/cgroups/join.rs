@@ -104,7 +104,7 @@ impl Cgroup {
             // as runc does, for the limits written next.
             self.start_scope(pid, r)?;
             make_v2_dirs(&self.root, Path::new(self.rel()))?;
-            return self.apply(r, devices);
+            return self.apply(&super::systemd::for_files(r), devices);
         }
         self.add(pid)?;
         if !self.prepared.get() {

@@ -64,6 +64,7 @@ impl Cgroup {
     pub(crate) fn update(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
         if self.systemd {
             self.set_scope_properties(r)?;
+            return self.apply(&super::systemd::for_files(r), devices);
         }
         if self.layout == Layout::Unified {
             return self.apply(r, devices);

@@ -154,6 +154,19 @@ impl Cgroup {
     }
 }
 
+/// What is left of `r` for the cgroup's files once systemd has the
+/// properties: all of it (as runc writes it), but `cpu.shares`. libcgroups
+/// turns shares into cpu.weight by a newer formula than the CPUWeight runc
+/// gives systemd (1024 shares: 100, not 39); the file keeps systemd's.
+pub(super) fn for_files(r: &LinuxResources) -> LinuxResources {
+    let mut r = r.clone();
+    if let Some(mut cpu) = r.cpu().clone().filter(|c| c.shares().is_some()) {
+        cpu.set_shares(None);
+        r.set_cpu(Some(cpu));
+    }
+    r
+}
+
 /// What every scope gets: runc's set, plus accounting so that systemd
 /// enables the controllers the limits need.
 fn base_props(scope: &Scope, id: &str, pid: Pid) -> Result<Vec<Prop>> {
@@ -195,5 +208,15 @@ mod tests {
             assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
         }
         assert!(Scope::parse("s.slice:p:n.slice").unwrap_err().contains("slice unit"));
+    }
+
+    #[test]
+    fn the_files_get_all_but_the_shares() {
+        use oci_spec::runtime::{LinuxCpuBuilder, LinuxResourcesBuilder};
+        let cpu = LinuxCpuBuilder::default().shares(512u64).quota(1000i64).build().unwrap();
+        let r = LinuxResourcesBuilder::default().cpu(cpu).build().unwrap();
+        let files = for_files(&r);
+        let c = files.cpu().as_ref().unwrap();
+        assert_eq!((c.shares(), c.quota()), (None, Some(1000)));
     }
 }
