@@ -62,7 +62,8 @@ fn document_shape() {
         eprintln!("runc: not checking the tinyrun-only claims (cgroup drivers, idmap)");
         return;
     }
-    assert_eq!(linux["cgroup"]["systemd"], false, "no systemd driver: {v}");
+    assert_eq!(linux["cgroup"]["systemd"], true, "the systemd driver (--systemd-cgroup): {v}");
+    assert_eq!(linux["cgroup"]["systemdUser"], false, "no user-manager driver: {v}");
     assert_eq!(linux["mountExtensions"]["idmap"]["enabled"], false, "no id-mapped mounts: {v}");
     assert!(!opts.contains(&"idmap"), "idmap is refused by tinyrun, must not be listed: {v}");
     for o in ["rro", "rrw", "rnosuid", "rnodev", "rnoexec", "rnoatime", "rrelatime", "rnosymfollow"] {

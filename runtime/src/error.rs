@@ -52,6 +52,9 @@ pub enum CgroupError {
     /// `--systemd-cgroup` without systemd.
     #[error("--systemd-cgroup: systemd is not running on this host (no /run/systemd/system); drop the flag to use the cgroupfs driver")]
     NoSystemd,
+    /// A call to systemd (the systemd driver) failed.
+    #[error("systemd: {op} unit {unit}: {why}")]
+    Systemd { op: &'static str, unit: String, why: String },
     /// libcgroups failed; its message names the controller file.
     #[error("cgroup {path}: {op}: {source}")]
     Manager {

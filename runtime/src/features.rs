@@ -173,9 +173,9 @@ pub fn features() -> Features {
         linux: Linux {
             namespaces: strings(NAMESPACES),
             capabilities: capabilities(),
-            // The systemd driver is only wired to libcgroups for v2 hosts
-            // and has no test yet; rdma is refused by `cgroups::check`.
-            cgroup: Cgroup { v1: true, v2: true, systemd: false, systemd_user: false, rdma: false },
+            // The systemd driver (v2 hosts, system instance only: no
+            // user manager); rdma is refused by `cgroups::check`.
+            cgroup: Cgroup { v1: true, v2: true, systemd: true, systemd_user: false, rdma: false },
             seccomp: Seccomp {
                 enabled: true,
                 actions: strings(crate::seccomp::ACTIONS),
@@ -257,7 +257,10 @@ mod tests {
         }
         assert!(v["linux"]["seccomp"]["knownFlags"].is_array());
         assert_eq!(v["linux"]["mountExtensions"]["idmap"]["enabled"], false);
-        assert_eq!(v["linux"]["cgroup"]["systemdUser"], false);
+        assert_eq!(
+            (v["linux"]["cgroup"]["systemd"].as_bool(), v["linux"]["cgroup"]["systemdUser"].as_bool()),
+            (Some(true), Some(false))
+        );
         let text = features().to_json();
         assert!(text.starts_with("{\n    \"ociVersionMin\": \"1.0.0\",\n") && text.ends_with("}\n"), "{text}");
     }

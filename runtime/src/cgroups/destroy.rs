@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use libcgroups::common::CgroupManager;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -23,7 +22,8 @@ impl Cgroup {
             remove_children(&dir);
         }
         if self.systemd {
-            self.mgr()?.remove().map_err(self.err("remove"))?;
+            // systemd removes the scope's cgroup with the unit.
+            self.stop_scope()?;
         }
         for dir in self.dirs() {
             remove_dir(&dir)?;

@@ -61,7 +61,9 @@ pub(crate) fn is_frozen(recorded: &str, per: &BTreeMap<String, String>, systemd:
 
 fn frozen_at(root: &Path, recorded: &str, per: &BTreeMap<String, String>, systemd: bool) -> bool {
     if systemd {
-        return false;
+        // The scope's cgroup; a record that names none is not frozen.
+        let Ok(scope) = super::systemd::Scope::parse(recorded) else { return false };
+        return read_trim(&root.join(scope.path.trim_start_matches('/')).join("cgroup.freeze")) == "1";
     }
     let rel = recorded.trim_start_matches('/');
     let v2 = root.join(rel).join("cgroup.freeze");
@@ -98,7 +100,9 @@ mod tests {
         assert!(!frozen_at(root.path(), "/t/a", &none, false));
         put(&root.path().join("freezer/t/a"), "freezer.state", "FROZEN\n");
         assert!(frozen_at(root.path(), "/t/a", &none, false));
-        assert!(!frozen_at(root.path(), "/t/a", &none, true), "the systemd driver is not read");
+        assert!(!frozen_at(root.path(), "/t/a", &none, true), "not a systemd record");
+        put(&root.path().join("s.slice/p-n.scope"), "cgroup.freeze", "1\n");
+        assert!(frozen_at(root.path(), "s.slice:p:n", &none, true), "the systemd driver's scope is read");
         // A v2 file, when there is one, decides.
         put(&root.path().join("t/a"), "cgroup.freeze", "0\n");
         assert!(!frozen_at(root.path(), "t/a", &none, false));

@@ -91,11 +91,20 @@ impl Cgroup {
         Ok(Some(open_dir(&dir).map_err(io_err("open", &dir))?))
     }
 
-    /// Puts `pid` in the cgroup (every hierarchy) and, unless
-    /// [`Cgroup::prepare`] did it, applies the limits.
+    /// Puts `pid` in the cgroup (every hierarchy; the systemd driver:
+    /// starts the scope with it) and, unless [`Cgroup::prepare`] did it,
+    /// applies the limits.
     pub(crate) fn join(&self, pid: Pid, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
         if self.self_joined.get() {
             return Ok(());
+        }
+        if self.systemd {
+            // systemd moves init in; then the controllers systemd does not
+            // manage (hugetlb, rdma, misc) are enabled down to the scope,
+            // as runc does, for the limits written next.
+            self.start_scope(pid, r)?;
+            make_v2_dirs(&self.root, Path::new(self.rel()))?;
+            return self.apply(&super::systemd::for_files(r), devices);
         }
         self.add(pid)?;
         if !self.prepared.get() {

@@ -59,8 +59,13 @@ impl Cgroup {
 
     /// Applies an update: on v1 the device rules are left alone (runc's
     /// SkipDevices; rewriting them would deny every device for a moment),
-    /// on v2 the same filter is rebuilt from the original rules.
+    /// on v2 the same filter is rebuilt from the original rules. The
+    /// systemd driver gives systemd the new properties first.
     pub(crate) fn update(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
+        if self.systemd {
+            self.set_scope_properties(r)?;
+            return self.apply(&super::systemd::for_files(r), devices);
+        }
         if self.layout == Layout::Unified {
             return self.apply(r, devices);
         }

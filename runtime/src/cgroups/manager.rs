@@ -1,27 +1,24 @@
-//! libcgroups' manager for the container's cgroup, made on first use, and
-//! the systemd driver (`--systemd-cgroup`), which goes through it for
-//! everything. Runs in the runtime process.
+//! libcgroups' manager for the container's cgroup, made on first use: a
+//! cgroupfs one, also for the systemd driver, whose scope's cgroup it
+//! works on once systemd has made it. Runs in the runtime process.
 
 use std::path::PathBuf;
 
 use libcgroups::common::{create_cgroup_manager, AnyCgroupManager, AnyManagerError, CgroupConfig};
 
-use super::check::Layout;
 use super::{Cgroup, CgroupError, Result};
 
 impl Cgroup {
-    /// libcgroups' manager (cgroupfs or systemd driver), built once.
+    /// libcgroups' manager, built once.
     pub(super) fn mgr(&self) -> Result<&AnyCgroupManager> {
         if let Some(m) = self.mgr.get() {
             return Ok(m);
         }
         ensure_spare_fds()?;
-        let cfg = CgroupConfig {
-            cgroup_path: PathBuf::from(&self.recorded),
-            systemd_cgroup: self.systemd,
-            container_name: self.id.clone(),
-        };
-        let m = create_cgroup_manager(cfg).map_err(|e| CgroupError::Path(format!("cgroup {}: {e}", self.recorded)))?;
+        let path = if self.systemd { format!("/{}", self.rel()) } else { self.recorded.clone() };
+        let cfg =
+            CgroupConfig { cgroup_path: PathBuf::from(&path), systemd_cgroup: false, container_name: self.id.clone() };
+        let m = create_cgroup_manager(cfg).map_err(|e| CgroupError::Path(format!("cgroup {path}: {e}")))?;
         Ok(self.mgr.get_or_init(|| m))
     }
 
@@ -39,20 +36,6 @@ impl Cgroup {
     pub(super) fn err(&self, op: &'static str) -> impl FnOnce(AnyManagerError) -> CgroupError + '_ {
         move |source| CgroupError::Manager { op, path: self.recorded.clone(), source: Box::new(source) }
     }
-}
-
-/// The record for the systemd driver's `slice:prefix:name`, on a host where
-/// that driver can work: systemd running, and cgroup v2.
-pub(super) fn systemd_recorded(slice: &str, prefix: &str, name: &str, layout: Layout) -> Result<String> {
-    if !libcgroups::systemd::booted() {
-        return Err(CgroupError::NoSystemd);
-    }
-    if layout != Layout::Unified {
-        return Err(CgroupError::Path(
-            "--systemd-cgroup: the systemd driver needs a cgroup v2 host; this one has cgroup v1".into(),
-        ));
-    }
-    Ok(format!("{slice}:{prefix}:{name}"))
 }
 
 /// libcgroups reads procfs through pathrs, which holds several fds at once

@@ -34,7 +34,9 @@
 //!
 //! The files, by concern: `hierarchy` (the host's mounted hierarchies),
 //! `open` (finding the cgroup for a new container or a state record),
-//! `manager` (libcgroups' manager and the systemd driver), `join` (making
+//! `manager` (libcgroups' manager), `systemd` (the systemd driver: a
+//! transient scope unit per container, whose cgroup the rest then treats
+//! as a v2 one), `join` (making
 //! the cgroup and putting processes in it), `limits` (applying and updating
 //! `linux.resources`), `freeze` (the freezer and signalling every process),
 //! `read` (pids, stats, usage, OOM kills), `destroy` (removal). This file
@@ -56,6 +58,7 @@ mod path;
 mod read;
 mod rootless;
 pub(crate) mod stats;
+mod systemd;
 mod v1;
 
 use std::cell::{Cell, OnceCell};
@@ -97,6 +100,8 @@ pub(crate) struct Cgroup {
     per: BTreeMap<String, String>,
     layout: Layout,
     systemd: bool,
+    /// The systemd driver's unit and its cgroup, read from `recorded`.
+    scope: Option<systemd::Scope>,
     id: String,
     /// Where the hierarchies are mounted ([`ROOT`] outside tests).
     root: PathBuf,
@@ -145,9 +150,10 @@ impl Cgroup {
         self.mounts.iter().filter(|m| !m.controllers.is_empty()).any(|m| differs(&m))
     }
 
-    /// The recorded path below a hierarchy's mount point.
+    /// The recorded path below a hierarchy's mount point (the systemd
+    /// driver: its scope's cgroup).
     fn rel(&self) -> &str {
-        self.recorded.trim_start_matches('/')
+        self.scope.as_ref().map_or(&self.recorded, |s| &s.path).trim_start_matches('/')
     }
 
     /// The cgroup's path below the mount point of hierarchy `m`.
@@ -156,12 +162,8 @@ impl Cgroup {
         path.unwrap_or(&self.recorded).trim_start_matches('/')
     }
 
-    /// Every directory of the cgroup (not for the systemd driver, whose
-    /// units systemd removes).
+    /// Every directory of the cgroup.
     fn dirs(&self) -> Vec<PathBuf> {
-        if self.systemd {
-            return Vec::new();
-        }
         match self.layout {
             Layout::Unified => vec![self.v2_dir()],
             _ => self.mounts.iter().filter(|m| !m.controllers.is_empty()).map(|m| m.dir.join(self.rel_in(m))).collect(),
@@ -234,6 +236,6 @@ mod tests {
         assert!(cg.extra.is_empty());
         let sd =
             Cgroup::open_with(root, "system.slice:x:y".into(), BTreeMap::new(), true, "ct", Layout::Unified, vec![]);
-        assert!(sd.dirs().is_empty(), "systemd removes its own units");
+        assert_eq!(sd.dirs(), vec![PathBuf::from("/fake/system.slice/x-y.scope")], "the scope's cgroup");
     }
 }

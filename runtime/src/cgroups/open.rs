@@ -10,7 +10,7 @@ use std::path::{Component, Path};
 use oci_spec::runtime::LinuxResources;
 
 use super::check::{self, Host, Layout};
-use super::{hierarchy, manager, path, Cgroup, CgroupError, Mount, Result, ROOT};
+use super::{hierarchy, path, systemd, Cgroup, CgroupError, Mount, Result, ROOT};
 
 impl Cgroup {
     /// Resolves `cgroupsPath` for a new container and checks that this host
@@ -33,6 +33,9 @@ impl Cgroup {
 
     /// Opens the cgroup a state record names.
     pub(crate) fn open(recorded: &str, per: &BTreeMap<String, String>, systemd: bool, id: &str) -> Result<Cgroup> {
+        if systemd {
+            systemd::Scope::parse(recorded).map_err(|e| CgroupError::Path(format!("state record: {e}")))?;
+        }
         let bad = |p: &str| !systemd && !usable_record(p);
         if let Some(p) = std::iter::once(recorded).chain(per.values().map(String::as_str)).find(|p| bad(p)) {
             return Err(CgroupError::Path(format!("state records an unusable cgroup path {p:?}")));
@@ -51,11 +54,13 @@ impl Cgroup {
         layout: Layout,
         mounts: Vec<Mount>,
     ) -> Cgroup {
+        let scope = if systemd { systemd::Scope::parse(&recorded).ok() } else { None };
         let mut cg = Cgroup {
             recorded,
             per,
             layout,
             systemd,
+            scope,
             id: id.to_string(),
             root: root.to_path_buf(),
             mgr: OnceCell::new(),
@@ -111,9 +116,25 @@ fn resolve(
             per_hierarchy(&own, ms, &rel)
         }
         path::Wanted::Systemd { slice, prefix, name } => {
-            Ok((manager::systemd_recorded(&slice, &prefix, &name, host.layout)?, BTreeMap::new()))
+            Ok((systemd_recorded(&slice, &prefix, &name, host.layout)?, BTreeMap::new()))
         }
     }
+}
+
+/// The record for the systemd driver's `slice:prefix:name`, on a host where
+/// that driver can work: systemd running, and cgroup v2.
+fn systemd_recorded(slice: &str, prefix: &str, name: &str, layout: Layout) -> Result<String> {
+    if !systemd::booted() {
+        return Err(CgroupError::NoSystemd);
+    }
+    if layout != Layout::Unified {
+        return Err(CgroupError::Path(
+            "--systemd-cgroup: the systemd driver needs a cgroup v2 host; this one has cgroup v1".into(),
+        ));
+    }
+    let recorded = format!("{slice}:{prefix}:{name}");
+    systemd::Scope::parse(&recorded).map_err(CgroupError::Path)?;
+    Ok(recorded)
 }
 
 /// A relative path on a v1 host, under our cgroup in each hierarchy. The

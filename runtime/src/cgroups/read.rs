@@ -13,17 +13,15 @@ use super::{read_trim, stats, Cgroup, Result, StatsData};
 impl Cgroup {
     /// Host pids of every process in the cgroup (and its sub-cgroups).
     pub(crate) fn pids(&self) -> Result<Vec<i32>> {
-        if !self.systemd {
-            // One hierarchy holds every process: read it directly.
-            let dir = match self.layout {
-                Layout::Unified => self.v2_dir(),
-                _ => self.v1_dir("pids"),
-            };
-            if dir.is_dir() {
-                let mut out = Vec::new();
-                collect_procs(&dir, &mut out);
-                return Ok(out);
-            }
+        // One hierarchy holds every process: read it directly.
+        let dir = match self.layout {
+            Layout::Unified => self.v2_dir(),
+            _ => self.v1_dir("pids"),
+        };
+        if dir.is_dir() {
+            let mut out = Vec::new();
+            collect_procs(&dir, &mut out);
+            return Ok(out);
         }
         let pids = self.mgr()?.get_all_pids().map_err(self.err("list processes"))?;
         Ok(pids.into_iter().map(Pid::as_raw).collect())

@@ -1,0 +1,204 @@
+//! `linux.resources` as systemd unit properties, where systemd has one
+//! (runc's systemd v2 driver sets the same ones). Everything else is
+//! written to the cgroup's files afterwards; so are these, which keeps the
+//! files right should systemd lack a property.
+
+use oci_spec::runtime::LinuxResources;
+use zbus::zvariant::Value;
+
+use super::dbus::Prop;
+
+/// systemd's "infinity" for a u64 property.
+const INFINITY: u64 = u64::MAX;
+
+/// The unit properties for `r`, or a message naming the field systemd
+/// can't take.
+pub(super) fn resources(r: &LinuxResources) -> Result<Vec<Prop>, String> {
+    let mut out = Vec::new();
+    memory(r, &mut out)?;
+    cpu(r, &mut out)?;
+    if let Some(l) = r.pids().as_ref().map(|p| p.limit()).filter(|l| *l > 0 || *l == -1) {
+        out.push(("TasksMax", Value::from(limit(l))));
+    }
+    if let Some(w) = r.block_io().as_ref().and_then(|b| b.weight()).filter(|w| *w > 0) {
+        out.push(("IOWeight", Value::from(io_weight(w))));
+    }
+    Ok(out)
+}
+
+fn memory(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
+    let Some(m) = r.memory() else { return high(r, out) };
+    let (limit_in, swap) = (m.limit().unwrap_or(0), m.swap().unwrap_or(0));
+    if limit_in != 0 {
+        out.push(("MemoryMax", Value::from(limit(limit_in))));
+    }
+    if let Some(low) = m.reservation().filter(|l| *l != 0) {
+        out.push(("MemoryLow", Value::from(limit(low))));
+    }
+    match swap_max(swap, limit_in)? {
+        0 => {}
+        s => out.push(("MemorySwapMax", Value::from(limit(s)))),
+    }
+    high(r, out)
+}
+
+/// `memory.high` has no OCI field but the unified map.
+fn high(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
+    let Some(v) = r.unified().as_ref().and_then(|u| u.get("memory.high")) else { return Ok(()) };
+    let n = match v.trim() {
+        "max" => INFINITY,
+        s => s.parse().map_err(|_| format!("linux.resources.unified[\"memory.high\"] {v:?} is not a number"))?,
+    };
+    out.push(("MemoryHigh", Value::from(n)));
+    Ok(())
+}
+
+fn cpu(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
+    let Some(c) = r.cpu() else { return Ok(()) };
+    if let Some(s) = c.shares().filter(|s| *s != 0) {
+        out.push(("CPUWeight", Value::from(cpu_weight(s))));
+    }
+    let (quota, period) = (c.quota().unwrap_or(0), c.period().unwrap_or(0));
+    if quota != 0 || period != 0 {
+        out.push(("CPUQuotaPerSecUSec", Value::from(quota_per_sec(quota, period))));
+    }
+    if period != 0 {
+        out.push(("CPUQuotaPeriodUSec", Value::from(period)));
+    }
+    if let Some(cpus) = c.cpus().as_ref().filter(|s| !s.is_empty()) {
+        out.push(("AllowedCPUs", Value::from(bitmask(cpus).map_err(|e| format!("linux.resources.cpu.cpus: {e}"))?)));
+    }
+    if let Some(mems) = c.mems().as_ref().filter(|s| !s.is_empty()) {
+        let mask = bitmask(mems).map_err(|e| format!("linux.resources.cpu.mems: {e}"))?;
+        out.push(("AllowedMemoryNodes", Value::from(mask)));
+    }
+    Ok(())
+}
+
+/// -1 is "no limit".
+fn limit(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(INFINITY)
+}
+
+/// OCI's swap is memory+swap (the v1 meaning); MemorySwapMax is swap
+/// alone. 0: leave unset. runc's conversion, and its refusals.
+fn swap_max(swap: i64, memory: i64) -> Result<i64, String> {
+    if memory == -1 && swap == 0 {
+        return Ok(-1);
+    }
+    if swap == -1 || swap == 0 {
+        return Ok(swap);
+    }
+    if memory <= 0 {
+        return Err("linux.resources.memory.swap: a swap limit needs a memory limit".into());
+    }
+    if swap < memory {
+        return Err(format!("linux.resources.memory.swap ({swap}) is below memory.limit ({memory})"));
+    }
+    Ok(swap - memory)
+}
+
+/// cpu.shares (2..262144) to CPUWeight (1..10000), as runc converts.
+pub(super) fn cpu_weight(shares: u64) -> u64 {
+    1 + (shares.clamp(2, 262_144) - 2) * 9999 / 262_142
+}
+
+/// blkio weight (10..1000) to IOWeight (1..10000), as runc converts.
+fn io_weight(w: u16) -> u64 {
+    1 + (u64::from(w.clamp(10, 1000)) - 10) * 9999 / 990
+}
+
+/// The quota as CPU time per second. systemd keeps it as a whole percent
+/// (10 ms per second): round up, as runc does, so the cgroup is not given
+/// less than asked. A quota of -1 (or only a period) is no limit.
+fn quota_per_sec(quota: i64, period: u64) -> u64 {
+    let Ok(q) = u64::try_from(quota) else { return INFINITY };
+    if q == 0 {
+        return INFINITY;
+    }
+    let period = if period == 0 { 100_000 } else { period };
+    let per_sec = q.saturating_mul(1_000_000) / period;
+    per_sec.div_ceil(10_000) * 10_000
+}
+
+/// A cpuset list ("0-3,8") as systemd's bitmask: byte 0 holds CPUs 0-7,
+/// the lowest one in bit 0.
+pub(super) fn bitmask(list: &str) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let num = |s: &str| s.trim().parse::<usize>().map_err(|_| format!("{list:?}: {s:?} is not a number"));
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(part)?, num(part)?),
+        };
+        if lo > hi || hi >= 65_536 {
+            return Err(format!("{list:?}: bad range {part:?}"));
+        }
+        bytes.resize(bytes.len().max(hi / 8 + 1), 0);
+        for i in lo..=hi {
+            bytes[i / 8] |= 1 << (i % 8);
+        }
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oci_spec::runtime::{LinuxCpuBuilder, LinuxMemoryBuilder, LinuxPidsBuilder, LinuxResourcesBuilder};
+
+    fn names(p: &[Prop]) -> Vec<&str> {
+        p.iter().map(|(n, _)| *n).collect()
+    }
+
+    fn get<'a>(p: &'a [Prop], name: &str) -> &'a Value<'static> {
+        &p.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("{name} missing: {:?}", names(p))).1
+    }
+
+    #[test]
+    fn limits_become_the_properties_runc_sets() {
+        let r = LinuxResourcesBuilder::default()
+            .memory(LinuxMemoryBuilder::default().limit(64 << 20).swap(96 << 20).build().unwrap())
+            .pids(LinuxPidsBuilder::default().limit(20).build().unwrap())
+            .cpu(
+                LinuxCpuBuilder::default()
+                    .quota(50_000)
+                    .period(100_000u64)
+                    .shares(1024u64)
+                    .cpus("0-1,3")
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+            .unwrap();
+        let p = resources(&r).unwrap();
+        assert_eq!(get(&p, "MemoryMax"), &Value::from(64u64 << 20));
+        assert_eq!(get(&p, "MemorySwapMax"), &Value::from(32u64 << 20), "memory+swap less memory");
+        assert_eq!(get(&p, "TasksMax"), &Value::from(20u64));
+        assert_eq!(get(&p, "CPUQuotaPerSecUSec"), &Value::from(500_000u64));
+        assert_eq!(get(&p, "CPUQuotaPeriodUSec"), &Value::from(100_000u64));
+        assert_eq!(get(&p, "CPUWeight"), &Value::from(39u64));
+        assert_eq!(get(&p, "AllowedCPUs"), &Value::from(vec![0b1011u8]));
+        assert!(!names(&p).contains(&"MemoryLow"), "no reservation, no MemoryLow");
+    }
+
+    #[test]
+    fn conversions_follow_runc() {
+        assert_eq!((cpu_weight(2), cpu_weight(1024), cpu_weight(262_144)), (1, 39, 10_000));
+        assert_eq!((io_weight(10), io_weight(500), io_weight(1000)), (1, 4950, 10_000));
+        assert_eq!(quota_per_sec(12_345, 100_000), 130_000, "rounded up to whole percent");
+        assert_eq!(quota_per_sec(-1, 100_000), INFINITY);
+        assert_eq!(quota_per_sec(20_000, 0), 200_000, "the kernel's default period");
+        assert_eq!(swap_max(0, -1), Ok(-1));
+        assert_eq!(swap_max(-1, 100), Ok(-1));
+        assert!(swap_max(50, 100).unwrap_err().contains("below"));
+        assert!(swap_max(50, 0).unwrap_err().contains("needs a memory limit"));
+        assert_eq!(bitmask("0,9-10").unwrap(), vec![1, 0b110]);
+        assert!(bitmask("3-1").is_err() && bitmask("x").is_err());
+        let r = LinuxResourcesBuilder::default()
+            .pids(LinuxPidsBuilder::default().limit(-1).build().unwrap())
+            .build()
+            .unwrap();
+        assert_eq!(get(&resources(&r).unwrap(), "TasksMax"), &Value::from(INFINITY));
+    }
+}
