@@ -5,7 +5,8 @@
 //! `cri_common` for what is set up and removed.
 //!
 //! Needs root, containerd, containernetworking-plugins and runc (`conformance/install-deps`):
-//! without them each test prints SKIP, or fails under `TINYRUN_REQUIRE_ROOT=1`.
+//! without them each test prints SKIP, or fails under `TINYRUN_REQUIRE_ROOT=1`. Runs on cgroup
+//! v1 and on pure v2 alike; `conformance/run-v2-cri` runs a selection in a v2 guest.
 
 mod cri_common;
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use api::security_profile::ProfileType;
 use cri_common::api;
-use cri_common::{cgroup_file, Cri};
+use cri_common::{cgroup_file, cgroup_v2, Cri};
 use tinyrun_conformance::{kv, missing_prerequisite, require_root};
 
 macro_rules! scenarios {
@@ -161,7 +162,7 @@ fn oom_killed(cri: &Cri) {
 }
 
 /// UpdateContainerResources changes the live limits: read back from the container's cgroup on
-/// the host and from inside.
+/// the host and from inside (cgroup v1 or pure v2).
 fn update_resources(cri: &Cri) {
     let pod = cri.run_pod("update", false);
     let mut cfg = Cri::container_config("main", &["sleep", "1000"]);
@@ -183,10 +184,19 @@ fn update_resources(cri: &Cri) {
     assert_eq!(limits(), ((64u64 << 20).to_string(), "50000".to_string()), "limits at create");
     cri.ok("UpdateContainerResources", cri.client().update(&c, res(96 << 20, 20_000)));
     assert_eq!(limits(), ((96u64 << 20).to_string(), "20000".to_string()), "limits after the update");
-    if !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-        let inside = cri.exec_ok(&c, &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]);
-        assert_eq!(inside.trim(), (96u64 << 20).to_string(), "memory limit seen inside");
-    }
+    // On v1 the container sees its own memory cgroup bind-mounted; on v2 containerd gives it a
+    // cgroup namespace, so its own cgroup is the root of the cgroup2 mount and of
+    // /proc/self/cgroup.
+    let inside = if cgroup_v2() {
+        let own = cri.exec_ok(&c, &["cat", "/proc/self/cgroup"]);
+        assert_eq!(own.trim(), "0::/", "the container's cgroup namespace is not rooted at its cgroup");
+        let cpu = cri.exec_ok(&c, &["cat", "/sys/fs/cgroup/cpu.max"]);
+        assert_eq!(cpu.trim(), "20000 100000", "cpu.max seen inside");
+        cri.exec_ok(&c, &["cat", "/sys/fs/cgroup/memory.max"])
+    } else {
+        cri.exec_ok(&c, &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"])
+    };
+    assert_eq!(inside.trim(), (96u64 << 20).to_string(), "memory limit seen inside");
 }
 
 /// run_as_user, readonly_rootfs, dropped capabilities and the RuntimeDefault seccomp profile,

@@ -379,10 +379,15 @@ impl Cri {
     }
 }
 
+/// True on a pure cgroup v2 host (the VM of `run-v2-tests`); false on v1 or hybrid.
+pub fn cgroup_v2() -> bool {
+    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
 /// The value of a limit file of `pid`'s cgroup, on a v1 (`v1ctrl`/`v1file`) or a pure v2 host.
 pub fn cgroup_file(pid: i32, v1ctrl: &str, v1file: &str, v2file: &str) -> String {
     let own = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let v2 = cgroup_v2();
     let path = own.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
         let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
