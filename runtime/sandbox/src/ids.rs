@@ -20,10 +20,10 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 
 use crate::error::{Error, Result};
 
@@ -32,7 +32,6 @@ pub(crate) const BLOCK: u32 = 65_536;
 
 /// Where the records live under the runtime root.
 const DIR: &str = "sandbox-ids";
-const LOCK: &str = ".lock";
 
 /// A pool of host ids, `first` up to `first + count` (exclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,21 +137,7 @@ impl Allocator {
     }
 
     fn lock(&self) -> Result<Flock<File>> {
-        // Only the runtime reads these: nothing in a box needs them.
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)
-            .map_err(|e| Error::io("create", &self.dir, e))?;
-        let path = self.dir.join(LOCK);
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io("open", &path, e))?;
-        Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| Error::io("lock", &path, e.into()))
+        crate::lockdir::lock(&self.dir)
     }
 
     /// `(first host id, box id)` of every record.

@@ -20,6 +20,7 @@ mod fsat;
 mod ids;
 mod image;
 mod lifetime;
+mod lockdir;
 mod net;
 mod options;
 mod pool;

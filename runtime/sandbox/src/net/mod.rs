@@ -18,12 +18,12 @@ use std::fs::File;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use futures_util::TryStreamExt;
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};

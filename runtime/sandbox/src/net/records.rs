@@ -3,7 +3,6 @@
 use super::*;
 
 pub(super) const DIR: &str = "sandbox-net";
-pub(super) const LOCK: &str = ".lock";
 
 pub(super) struct Records {
     pub(super) dir: PathBuf,
@@ -15,20 +14,7 @@ impl Records {
     }
 
     pub(super) fn lock(&self) -> Result<Flock<File>> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)
-            .map_err(|e| Error::io("create", &self.dir, e))?;
-        let path = self.dir.join(LOCK);
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| Error::io("open", &path, e))?;
-        Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| Error::io("lock", &path, e.into()))
+        crate::lockdir::lock(&self.dir)
     }
 
     /// (first address of the /30, owner id, record path) of each record.
