@@ -6,7 +6,8 @@
 //!
 //! Needs root, containerd, containernetworking-plugins and runc (`conformance/install-deps`):
 //! without them each test prints SKIP, or fails under `TINYRUN_REQUIRE_ROOT=1`. Runs on cgroup
-//! v1 and on pure v2 alike; `conformance/run-v2-cri` runs a selection in a v2 guest.
+//! v1 and on pure v2 alike; `conformance/run-v2-cri` runs a selection in a v2 guest, and
+//! `conformance/run-systemd-cri` one with containerd's systemd cgroup driver (`TINYRUN_CRI_SYSTEMD=1`).
 
 mod cri_common;
 
@@ -176,6 +177,7 @@ fn update_resources(cri: &Cri) {
     cfg.linux = Some(api::LinuxContainerConfig { resources: Some(res(64 << 20, 50_000)), ..Default::default() });
     let c = cri.run_with(&pod, cfg);
     let pid = cri.pid_of(&c, false);
+    cri.assert_own_cgroup(pid, &c);
     let limits = || {
         let mem = cgroup_file(pid, "memory", "memory.limit_in_bytes", "memory.max");
         let cpu = cgroup_file(pid, "cpu", "cpu.cfs_quota_us", "cpu.max");

@@ -6,9 +6,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tinyrun_conformance::{cgroup_dirs, cgroup_procs_recursive, cmdline, mounts_under, pid_alive, rmdir_tree};
+use tinyrun_conformance::{cgroup_procs_recursive, cmdline, mounts_under, pid_alive, rmdir_tree};
 
 use super::net::Net;
+use super::{parent_dirs, slice_name};
 
 /// Kill what names `work` (containerd, shims) and what is in the test's cgroups, remove the
 /// cgroups, unmount everything under `work` (rootfs overlays, shm, the pod netns), remove the
@@ -20,14 +21,19 @@ pub fn sweep(tag: &str, work: &Path, net: &Net) -> Vec<String> {
         notes.push(format!("killed processes naming {}: {stray:?}", work.display()));
         kill_all(&stray);
     }
-    for dir in cgroup_dirs(tag) {
+    for dir in parent_dirs(tag) {
         let procs = cgroup_procs_recursive(&dir);
         if !procs.is_empty() {
             notes.push(format!("killed {procs:?} left in {}", dir.display()));
             kill_all(&procs);
             std::thread::sleep(Duration::from_millis(200));
         }
-        rmdir_tree(&dir);
+        match dir.ends_with(slice_name(tag)) {
+            // systemd owns the slice and its scopes: stopping the slice removes them and
+            // unloads the units, which an rmdir would leave behind.
+            true => notes.extend(stop_slice(&slice_name(tag))),
+            false => rmdir_tree(&dir),
+        }
     }
     for m in mounts_under(work).iter().rev() {
         let _ = nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH);
@@ -39,6 +45,15 @@ pub fn sweep(tag: &str, work: &Path, net: &Net) -> Vec<String> {
         }
     }
     notes
+}
+
+fn stop_slice(slice: &str) -> Option<String> {
+    let out = std::process::Command::new("systemctl").args(["stop", slice]).output();
+    match out {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!("systemctl stop {slice}: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) => Some(format!("systemctl stop {slice}: {e}")),
+    }
 }
 
 /// Pod sandboxes the CRI plugin still has records of under `work` (root and state dirs).

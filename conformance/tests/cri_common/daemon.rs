@@ -43,8 +43,10 @@ impl Layout {
 
 /// containerd's config (version 2, as containerd 1.6 reads it). Plugins that would create
 /// host paths of their own (`opt`: /opt/containerd) or that do not apply are disabled; no
-/// address listens but the unix sockets and the CRI streaming server on 127.0.0.1.
-pub fn config(l: &Layout, handlers: &[RuntimeHandler], sandbox_image: &str) -> String {
+/// address listens but the unix sockets and the CRI streaming server on 127.0.0.1. `systemd`:
+/// every handler's shim uses the systemd cgroup driver (`SystemdCgroup`), as kubelet's
+/// `cgroupDriver: systemd` nodes do, and calls the runtime with `--systemd-cgroup`.
+pub fn config(l: &Layout, handlers: &[RuntimeHandler], sandbox_image: &str, systemd: bool) -> String {
     let cri = r#"plugins."io.containerd.grpc.v1.cri""#;
     let mut s = format!(
         r#"# written by conformance/tests/cri_common
@@ -98,7 +100,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       [{cri}.containerd.runtimes.{name}.options]
         BinaryName = "{binary}"
         Root = "{root}"
-        SystemdCgroup = false
+        SystemdCgroup = {systemd}
 "#,
             name = h.name,
             binary = h.binary.display(),

@@ -4,7 +4,9 @@
 //! [`Cri::start`] makes, per test, all under `/tmp/tinyrun-cri-<pid>-<n>`: a containerd
 //! config (handlers `tinyrun` = the binary under test and `runc` = `/usr/sbin/runc`, each with
 //! a private `Root`, cgroupfs driver), a CNI network of the test's own ([`net`]), the daemon,
-//! and the two images ([`images`]). Pods get `cgroup_parent` `/tinyrun-test/cri-<pid>-<n>`.
+//! and the two images ([`images`]). Pods get `cgroup_parent` `/tinyrun-test/cri-<pid>-<n>`;
+//! with `TINYRUN_CRI_SYSTEMD=1` (a host run by systemd on cgroup v2) both handlers use the
+//! systemd cgroup driver instead, and pods get the slice `tinyrun_cri_<pid>_<n>.slice`.
 //! `Drop` removes everything, even when the test panicked: the pods through the CRI (as kubelet
 //! would), then the daemon by its pid, then whatever is still there ([`cleanup::sweep`]: shims
 //! naming the work dir, processes in the test's cgroups, the cgroups, mounts under the work
@@ -136,7 +138,8 @@ impl Cri {
         ];
         assert!(handlers[0].binary.exists(), "{} not built (cargo build -p tinyrun-cli)", handlers[0].binary.display());
         let config = self.work.join("config.toml");
-        fs::write(&config, daemon::config(&self.layout, &handlers, PAUSE)).expect("write config.toml");
+        fs::write(&config, daemon::config(&self.layout, &handlers, PAUSE, systemd_driver()))
+            .expect("write config.toml");
         self.daemon = Some(daemon::start(&self.layout, &config));
         self.wait_ready();
         daemon::import(&self.layout, &archives.pause);
@@ -194,9 +197,13 @@ impl Cri {
         })
     }
 
-    /// `/tinyrun-test/<tag>`: every pod's cgroup_parent.
+    /// Every pod's cgroup_parent: `/tinyrun-test/<tag>`, or with the systemd driver a slice
+    /// of the test's own, below which containerd asks for `cri-containerd-<id>.scope`s.
     pub fn cgroup_parent(&self) -> String {
-        format!("/tinyrun-test/{}", self.tag)
+        match systemd_driver() {
+            true => slice_name(&self.tag),
+            false => format!("/tinyrun-test/{}", self.tag),
+        }
     }
 
     /// A pod config as kubelet writes one: own network namespace (NamespaceMode POD), pid
@@ -365,7 +372,19 @@ impl Cri {
             let rd = fs::read_dir(d).map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()));
             rd.map(Iterator::collect).unwrap_or_default()
         };
-        cgroup_dirs(&self.tag).into_iter().flat_map(subdirs).collect()
+        parent_dirs(&self.tag).into_iter().flat_map(subdirs).collect()
+    }
+
+    /// With the systemd driver, `pid` (of container `id`) is in the scope containerd asks for,
+    /// `cri-containerd-<id>.scope`, directly below the pods' slice; nothing to check otherwise.
+    #[track_caller]
+    pub fn assert_own_cgroup(&self, pid: i32, id: &str) {
+        if !systemd_driver() {
+            return;
+        }
+        let own = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let want = format!("0::/{}/cri-containerd-{id}.scope", slice_name(&self.tag));
+        assert_eq!(own.trim(), want, "container {id} (pid {pid}) not in its scope");
     }
 
     /// Mount points under the work dir (rootfs overlays, the sandbox's /dev/shm, the netns).
@@ -377,6 +396,29 @@ impl Cri {
     pub fn own_processes(&self) -> Vec<i32> {
         cleanup::processes_naming(&self.work)
     }
+}
+
+/// `TINYRUN_CRI_SYSTEMD=1`: containerd's systemd cgroup driver for both handlers.
+pub fn systemd_driver() -> bool {
+    std::env::var_os("TINYRUN_CRI_SYSTEMD").is_some_and(|v| v == "1")
+}
+
+/// The pods' slice under the systemd driver. No `-` in it: systemd reads each `-` of a slice
+/// name as one more level of parent slices.
+pub fn slice_name(tag: &str) -> String {
+    format!("tinyrun_{}.slice", tag.replace('-', "_"))
+}
+
+/// The cgroup directories of the pods' parent that exist: `/tinyrun-test/<tag>` in each
+/// hierarchy, and the slice's directory on the unified hierarchy (top-level slices sit at the
+/// root).
+pub fn parent_dirs(tag: &str) -> Vec<PathBuf> {
+    let mut dirs = cgroup_dirs(tag);
+    let slice = Path::new("/sys/fs/cgroup").join(slice_name(tag));
+    if cgroup_v2() && slice.is_dir() {
+        dirs.push(slice);
+    }
+    dirs
 }
 
 /// True on a pure cgroup v2 host (the VM of `run-v2-tests`); false on v1 or hybrid.

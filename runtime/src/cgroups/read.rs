@@ -23,6 +23,12 @@ impl Cgroup {
             collect_procs(&dir, &mut out);
             return Ok(out);
         }
+        // On the unified hierarchy nothing else could hold them: a cgroup
+        // that is gone has no processes. systemd removes a container's scope
+        // as soon as its last process exits, before `kill --all` or `delete`.
+        if self.layout == Layout::Unified {
+            return Ok(Vec::new());
+        }
         let pids = self.mgr()?.get_all_pids().map_err(self.err("list processes"))?;
         Ok(pids.into_iter().map(Pid::as_raw).collect())
     }
@@ -105,6 +111,13 @@ mod tests {
         assert_eq!(pids, [10, 11, 12, 13]);
         put(&root.path().join("t/ct"), "cgroup.procs", "20\n");
         assert_eq!(fixture::cgroup(root.path(), Layout::Unified, "t/ct").pids().unwrap(), [20]);
+    }
+
+    #[test]
+    fn a_unified_cgroup_already_removed_has_no_processes() {
+        let root = tempfile::tempdir().unwrap();
+        let cg = fixture::cgroup(root.path(), Layout::Unified, "t/gone.scope");
+        assert_eq!(cg.pids().unwrap(), Vec::<i32>::new());
     }
 
     #[test]
