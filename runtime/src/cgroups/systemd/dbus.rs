@@ -84,16 +84,20 @@ impl Bus {
 
     /// Waits until systemd is done with `job`: a finished job's object
     /// leaves the bus (polled rather than waiting for JobRemoved, so the
-    /// wait has a deadline).
+    /// wait has a deadline). A scope's job is done in a millisecond or two;
+    /// the pause between polls doubles from there, so a queued job costs
+    /// a few bus calls, not thousands.
     pub(super) fn wait_job(&self, job: &OwnedObjectPath) -> Result<(), SdError> {
         let proxy = self.proxy(job.as_str(), "org.freedesktop.systemd1.Job")?;
         let deadline = Instant::now() + JOB_PATIENCE;
+        let mut pause = Duration::from_millis(1);
         while proxy.get_property::<String>("State").is_ok() {
             if Instant::now() > deadline {
                 let why = format!("job {} still queued after {}s", job.as_str(), JOB_PATIENCE.as_secs());
                 return Err(SdError { op: "wait for", why });
             }
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
         Ok(())
     }
