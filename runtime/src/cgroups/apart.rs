@@ -1,13 +1,16 @@
-//! Memory, cpu and cpuset limits for a v1 cgroup whose paths differ per
-//! hierarchy (a relative cgroupsPath from a caller whose own cgroups
-//! differ, see `path`), written straight to each controller's directory.
+//! Memory, cpu and cpuset limits for a v1 cgroup, written straight to each
+//! controller's directory.
 //!
 //! libcgroups' v1 manager takes one path for every hierarchy and writes
-//! the device rules on every apply, so it can't serve such a cgroup. These
-//! are the limits nearly every such caller sets (kubelet-less tools, a
-//! shell on a systemd v1 host); the rest (blockIO, hugepages, network)
-//! still goes to libcgroups when its controller shares the devices
-//! hierarchy's path, and is refused naming the field otherwise (`limits`).
+//! the device rules on every apply, so it can't serve a cgroup whose paths
+//! differ per hierarchy (a relative cgroupsPath from a caller whose own
+//! cgroups differ, see `path`). These are the limits nearly every such
+//! caller sets (kubelet-less tools, a shell on a systemd v1 host); the rest
+//! (blockIO, hugepages, network) still goes to libcgroups when its
+//! controller shares the devices hierarchy's path, and is refused naming
+//! the field otherwise (`limits`). Any other v1 cgroup that asks for no
+//! more than these and `v1`'s is written here too, sparing the cost of
+//! libcgroups' manager.
 //! Values mean what runc's fs driver makes of them: 0 leaves a file alone.
 //!
 //! The statistics of such a cgroup are read here too ([`stats`]): cpu,

@@ -1,12 +1,13 @@
 //! The common v1 case without libcgroups' manager: device rules and a pids
-//! limit, written straight to the cgroup's files.
+//! limit, written straight to the cgroup's files (`apart` writes memory,
+//! cpu and cpuset beside them).
 //!
 //! Nearly every container asks v1 for nothing more (a spec always carries
-//! device rules; podman adds a pids limit). Building libcgroups' v1 manager
-//! costs about 1 ms of CPU per create, since it reads `/proc/self/mountinfo`
-//! and `/proc/self/cgroup` once per known controller through a hardened
-//! procfs handle. Anything beyond these two goes to libcgroups (see
-//! [`handles`]), so each limit keeps one implementation.
+//! device rules; podman adds a pids limit; a sandbox adds memory and cpu).
+//! Building libcgroups' v1 manager costs about 1 ms of CPU per create,
+//! since it reads `/proc/self/mountinfo` and `/proc/self/cgroup` once per
+//! known controller through a hardened procfs handle. Anything beyond
+//! these (see [`rest`]) goes to libcgroups.
 //!
 //! The rules written are libcgroups' own, in its order: the spec's, then
 //! the standard devices and the allowances every runtime makes (mknod of
@@ -20,14 +21,14 @@ use oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceType, LinuxResources};
 use super::{io_err, Result};
 use crate::devices::DEFAULT_DEVICES;
 
-/// Whether `r` asks v1 for nothing but device rules and a pids limit.
-pub(super) fn handles(r: &LinuxResources) -> bool {
+/// `r` less what [`apply`] writes (an empty hugepage list asks nothing).
+pub(super) fn rest(r: &LinuxResources) -> LinuxResources {
     let mut rest = r.clone();
     rest.set_devices(None).set_pids(None);
     if rest.hugepage_limits().as_ref().is_some_and(Vec::is_empty) {
         rest.set_hugepage_limits(None);
     }
-    rest == LinuxResources::default()
+    rest
 }
 
 /// Writes `r`'s device rules (then the defaults) and pids limit under the
@@ -89,15 +90,16 @@ mod tests {
 
     #[test]
     fn takes_only_devices_and_pids() {
-        let mut r = LinuxResources::default();
-        assert!(handles(&r));
+        let none = LinuxResources::default();
+        let mut r = none.clone();
+        assert_eq!(rest(&r), none);
         r.set_devices(Some(vec![deny_all()])).set_hugepage_limits(Some(vec![]));
         let mut pids = LinuxPids::default();
         pids.set_limit(32);
         r.set_pids(Some(pids));
-        assert!(handles(&r));
+        assert_eq!(rest(&r), none);
         r.set_memory(Some(LinuxMemory::default()));
-        assert!(!handles(&r), "any other controller block goes to libcgroups");
+        assert!(rest(&r).memory().is_some(), "any other controller block is left");
     }
 
     #[test]
