@@ -40,8 +40,15 @@ pub(crate) struct Mount {
     pub options: String,
 }
 
-/// This host's layout and controllers, and its hierarchies.
+/// This host's layout and controllers, and its hierarchies. Read once per
+/// process: a command that opens a container's cgroup more than once (a
+/// sandbox's run, exec and delete) asks each time, and the hierarchies
+/// mounted under `/sys/fs/cgroup` don't change under a running command.
 pub(super) fn host() -> Result<(Host, Vec<Mount>)> {
+    static HOST: std::sync::OnceLock<(Host, Vec<Mount>)> = std::sync::OnceLock::new();
+    if let Some(h) = HOST.get() {
+        return Ok(h.clone());
+    }
     let layout = match get_cgroup_setup() {
         Ok(CgroupSetup::Unified) => Layout::Unified,
         Ok(CgroupSetup::Hybrid) => Layout::Hybrid,
@@ -51,7 +58,7 @@ pub(super) fn host() -> Result<(Host, Vec<Mount>)> {
     let info = crate::sys::fs::read_proc("/proc/self/mountinfo").unwrap_or_default();
     let ms = parse_mountinfo(&info, ROOT);
     let host = host_at(Path::new(ROOT), layout, &ms)?;
-    Ok((host, ms))
+    Ok(HOST.get_or_init(|| (host, ms)).clone())
 }
 
 /// The controllers on offer: v2 lists them in the root's
