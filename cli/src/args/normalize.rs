@@ -8,7 +8,7 @@ pub(crate) fn normalize(cmd: &clap::Command, argv: Vec<String>) -> Vec<String> {
     let mut out = Vec::with_capacity(argv.len());
     let mut it = argv.into_iter();
     out.extend(it.next());
-    let mut scope = cmd.clone();
+    let mut scope = cmd;
     let mut in_sub = false;
     let mut positionals = 0;
     let mut expect_value = false;
@@ -23,7 +23,7 @@ pub(crate) fn normalize(cmd: &clap::Command, argv: Vec<String>) -> Vec<String> {
             continue;
         }
         if arg.starts_with('-') && arg.len() > 1 {
-            match spell_long(&scope, &arg) {
+            match spell_long(scope, &arg) {
                 Some((long, takes_value)) => {
                     expect_value = takes_value;
                     out.push(long);
@@ -33,7 +33,7 @@ pub(crate) fn normalize(cmd: &clap::Command, argv: Vec<String>) -> Vec<String> {
             continue;
         }
         if !in_sub {
-            if let Some(sub) = scope.find_subcommand(&arg).cloned() {
+            if let Some(sub) = scope.find_subcommand(&arg) {
                 in_sub = true;
                 scope = sub;
             }
