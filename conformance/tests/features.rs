@@ -66,6 +66,9 @@ fn document_shape() {
     assert_eq!(linux["cgroup"]["systemdUser"], false, "no user-manager driver: {v}");
     assert_eq!(linux["mountExtensions"]["idmap"]["enabled"], false, "no id-mapped mounts: {v}");
     assert!(!opts.contains(&"idmap"), "idmap is refused by tinyrun, must not be listed: {v}");
+    let policy = &linux["memoryPolicy"];
+    assert!(strings(&policy["modes"]).contains(&"MPOL_INTERLEAVE"), "linux.memoryPolicy is applied: {v}");
+    assert!(strings(&policy["flags"]).contains(&"MPOL_F_STATIC_NODES"), "{v}");
     for o in ["rro", "rrw", "rnosuid", "rnodev", "rnoexec", "rnoatime", "rrelatime", "rnosymfollow"] {
         assert!(opts.contains(&o), "recursive mount attribute {o} is applied, so listed: {v}");
     }

@@ -47,6 +47,14 @@ pub struct Linux {
     pub intel_rdt: Enabled,
     pub mount_extensions: MountExtensions,
     pub net_devices: Enabled,
+    pub memory_policy: MemoryPolicy,
+}
+
+/// `memoryPolicy`: the `linux.memoryPolicy` modes and flags applied.
+#[derive(Debug, Serialize)]
+pub struct MemoryPolicy {
+    pub modes: Vec<String>,
+    pub flags: Vec<String>,
 }
 
 /// Which cgroup drivers the runtime implements.
@@ -191,6 +199,10 @@ pub fn features() -> Features {
             intel_rdt: Enabled { enabled: false },
             mount_extensions: MountExtensions { idmap: Enabled { enabled: false } },
             net_devices: Enabled { enabled: false },
+            memory_policy: MemoryPolicy {
+                modes: strings(crate::mempolicy::MODE_NAMES),
+                flags: strings(crate::mempolicy::FLAG_NAMES),
+            },
         },
         annotations,
         // No annotation changes how tinyrun sets a container up.

@@ -22,6 +22,19 @@ const MPOL_F_NUMA_BALANCING: i32 = 1 << 13;
 const MPOL_F_RELATIVE_NODES: i32 = 1 << 14;
 const MPOL_F_STATIC_NODES: i32 = 1 << 15;
 
+/// The modes and flags `from_spec` takes, by their config.json names: the
+/// `features` document lists them.
+pub(crate) const MODE_NAMES: &[&str] = &[
+    "MPOL_DEFAULT",
+    "MPOL_BIND",
+    "MPOL_INTERLEAVE",
+    "MPOL_WEIGHTED_INTERLEAVE",
+    "MPOL_PREFERRED",
+    "MPOL_PREFERRED_MANY",
+    "MPOL_LOCAL",
+];
+pub(crate) const FLAG_NAMES: &[&str] = &["MPOL_F_NUMA_BALANCING", "MPOL_F_RELATIVE_NODES", "MPOL_F_STATIC_NODES"];
+
 /// A policy ready for set_mempolicy(2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MemPolicy {
@@ -120,6 +133,21 @@ mod tests {
         l.set_memory_policy(Some(serde_json::from_value(policy).unwrap()));
         s.set_linux(Some(l));
         s
+    }
+
+    #[test]
+    fn the_listed_names_are_the_modes_and_flags_taken() {
+        let mut seen = std::collections::BTreeSet::new();
+        for m in MODE_NAMES {
+            let nodes = if matches!(*m, "MPOL_DEFAULT" | "MPOL_LOCAL") { "" } else { "0" };
+            let p = from_spec(&spec(serde_json::json!({"mode": m, "nodes": nodes}))).unwrap().unwrap();
+            assert!(seen.insert(p.mode), "{m} maps to a mode of its own");
+        }
+        assert_eq!(seen.len(), 7, "every mode the spec names is listed");
+        for f in FLAG_NAMES {
+            let p = from_spec(&spec(serde_json::json!({"mode": "MPOL_BIND", "nodes": "0", "flags": [f]})));
+            assert_ne!(p.unwrap().unwrap().mode & !MPOL_BIND, 0, "{f} sets a flag");
+        }
     }
 
     #[test]
