@@ -31,7 +31,7 @@ mod tty;
 mod user;
 mod warn;
 
-pub use error::{InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
+pub use error::{CgroupError, InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
