@@ -3,7 +3,7 @@
 //!
 //! Runs in the runtime process (`tinyrun features`). Every list comes from
 //! the code that uses it, not from a copy: mount options are the ones
-//! [`crate::rootfs::options::parse_options`] takes as flags, flags and archs are
+//! `rootfs::options::parse_options` takes as flags, flags and archs are
 //! checked against the linked libseccomp and the kernel (as runc does for
 //! `supportedFlags`), and fields tinyrun refuses are reported as not
 //! supported. Per the spec, `apparmor`, `selinux` and `cgroup` describe the
