@@ -347,7 +347,8 @@ fn a_launched_box_ends_with_its_lifetime() {
 /// Pool management: `pool fill --idle-lifetime`, `pool list` (idle boxes, their key, target and
 /// time left), `run --pool --json` saying `"pool": "hit"` and the pool refilled, `pool drain`
 /// emptying it and stopping refills, a miss saying `"pool": "miss"`; an idle box past its idle
-/// lifetime purged with no tinyrun command running.
+/// lifetime purged with no tinyrun command running, and the pool it emptied refilled by the next
+/// miss.
 #[test]
 fn pool_management() {
     require_root!();
@@ -405,6 +406,12 @@ fn pool_management() {
     let t0 = Instant::now();
     wait_for("the idle pooled box to be purged", 6, || !box_exists(&sb, &id));
     saw(sb.name, format!("--idle-lifetime 2s: purged after {:?}", t0.elapsed()));
+    // The pool emptied by expiry, not drained: a miss tops it back up.
+    let (miss, mo) = sb.run_json(&["--pool"], &["true"]);
+    assert_eq!(miss["pool"], "miss", "{mo}");
+    wait_for("the expired pool to be refilled after a miss", 30, || {
+        list().iter().any(|b| b["state"] == "idle" && b["id"] != id.as_str())
+    });
     sb.raw(&["pool", "drain"]).expect_ok("pool drain");
     sb.assert_clean("the pool");
 }

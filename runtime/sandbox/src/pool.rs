@@ -186,31 +186,39 @@ pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// Removes a used pool sandbox and tops the pool back up, in a detached
-/// child, so the caller that just used it waits for neither.
+/// Removes a used pool sandbox (`used`; none after a miss) and tops the
+/// pool back up, in a detached child, so the caller that just used it
+/// waits for neither. After a miss the pool is empty (its boxes expired
+/// unused, or all are taken): it is topped up as after a hit, where `pool
+/// fill` set a target for these options.
 ///
 /// # Preconditions
 /// The caller is single-threaded (see `sys::fork`).
-pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: &str) -> Result<()> {
+pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: Option<&str>) -> Result<()> {
+    let target = key(opts).ok().and_then(|key| target(root, &key).map(|t| (key, t)));
+    if used.is_none() && target.is_none() {
+        return Ok(());
+    }
+    let remove = || used.map_or(Ok(()), |id| super::run::terminate(root, id));
     let forked = match sys::fork() {
         Ok(f) => f,
         // No child to do it: remove the used box here, so it never lingers.
-        Err(_) => return super::run::terminate(root, used),
+        Err(_) => return remove(),
     };
     if let Forked::Child = forked {
         // Nothing is left to report to: the caller has its answer.
         let _ = nix::unistd::setsid();
         // Our stdout may be the caller's pipe: don't hold it open.
         sys::detach_stdio(&[]);
-        let removed = super::run::terminate(root, used);
+        let removed = remove();
         // A key nobody filled (or one drained since) is not refilled.
-        let refilled = key(opts).and_then(|key| match target(root, &key) {
-            Some((n, lifetime)) => {
+        let refilled = match target {
+            Some((key, (n, lifetime))) => {
                 let lifetime = Some(lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME));
                 top_up(root, &SandboxOptions { lifetime, ..opts.clone() }, &key, n)
             }
             None => Ok(Vec::new()),
-        });
+        };
         sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));
     }
     Ok(())

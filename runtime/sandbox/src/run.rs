@@ -167,6 +167,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let Some(id) = super::pool::take(root, opts)? else {
         let mut res = run(root, opts, cmd, capture)?;
         res.pool = Some(PoolUse::Miss);
+        super::pool::recycle_detached(root, opts, None)?;
         return Ok(res);
     };
     let (rt, bundles) = dirs(root);
@@ -201,7 +202,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let result = not_run_as_result(result, capture, started).map(|r| SandboxResult { pool: Some(PoolUse::Hit), ..r });
     // Removing the used box and starting its replacement happen after the
     // caller has its answer: that is the point of a pool.
-    let recycled = super::pool::recycle_detached(root, opts, &id);
+    let recycled = super::pool::recycle_detached(root, opts, Some(&id));
     match (result, recycled) {
         (Ok(r), Ok(())) => Ok(r),
         (Err(e), _) => Err(e),
