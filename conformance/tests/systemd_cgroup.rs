@@ -3,7 +3,8 @@
 //! `prefix-name.scope` in the slice, holding the container's processes, its limits visible both
 //! to systemd (`systemctl show`) and in the scope's cgroup files; `update` changes both; `pause`,
 //! `resume`, `kill` and `state` work on the scope; `delete` leaves neither unit nor cgroup. A failed
-//! unit left over with the container's name is replaced.
+//! unit left over with the container's name is replaced; a name ending in `.slice` fails, as it
+//! does with runc.
 //!
 //! These need systemd as PID 1 on cgroup v2: `conformance/run-systemd-tests` runs them in such a
 //! guest, once for tinyrun and once for runc (`TINYRUN_BIN=/usr/sbin/runc`) as the reference.
@@ -273,6 +274,30 @@ fn no_systemd_fails_naming_it_and_leaves_nothing() {
     stray.push(unit.cgroup());
     stray.retain(|p| p.exists());
     assert!(stray.is_empty(), "cgroup left behind: {stray:?}");
+}
+
+/// A cgroupsPath whose name ends in ".slice" names a slice unit for the container itself (runc's
+/// reading). systemd puts no process straight into a slice, so runc's request for it fails
+/// ("Cannot set property PIDs"); the runtime must fail too, naming the slice, and leave neither
+/// state, process, unit nor cgroup behind.
+#[test]
+fn a_slice_name_fails_naming_the_slice_and_leaves_nothing() {
+    require_systemd!();
+    let rt = Runtime::new("sd_slice");
+    timed("slice_name", &rt, || {
+        let b = rt.bundle(&["sleep", "600"]);
+        let slice = format!("system-{}.slice", b.id.replace('-', "_"));
+        b.config_mut(|c| c["linux"]["cgroupsPath"] = format!("system.slice:tinyrun:{slice}").into());
+        let o = sd(&rt, &["create", "--bundle", b.path(), &b.id]).expect_err("create with a slice as the name");
+        assert!(o.stderr.contains(&slice), "the error names the slice unit {slice}:\n{o}");
+        let unit = Unit { name: slice.clone() };
+        let shown = unit.show(&["ActiveState"]);
+        assert_ne!(shown.get("ActiveState").map(String::as_str), Some("active"), "{slice}: {shown:?}");
+        for dir in [format!("/sys/fs/cgroup/{slice}"), format!("/sys/fs/cgroup/system.slice/{slice}")] {
+            assert!(!Path::new(&dir).exists(), "{dir} left behind");
+        }
+        rt.assert_nothing_left(&b.id);
+    });
 }
 
 /// A unit of the container's name that systemd still holds, failed (here: a scope that ran past
