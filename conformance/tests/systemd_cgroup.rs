@@ -2,9 +2,9 @@
 //! (containerd with `SystemdCgroup = true`) uses it: the container is a transient scope unit
 //! `prefix-name.scope` in the slice, holding the container's processes, its limits visible both
 //! to systemd (`systemctl show`) and in the scope's cgroup files; `update` changes both; `pause`,
-//! `resume`, `kill` and `state` work on the scope; `delete` leaves neither unit nor cgroup. A failed
-//! unit left over with the container's name is replaced; a name ending in `.slice` fails, as it
-//! does with runc.
+//! `resume`, `kill` and `state` work on the scope; `delete` leaves neither unit nor cgroup. The
+//! device rules hold when systemd re-applies the unit's properties; a failed unit left over with
+//! the container's name is replaced; a name ending in `.slice` fails, as it does with runc.
 //!
 //! These need systemd as PID 1 on cgroup v2: `conformance/run-systemd-tests` runs them in such a
 //! guest, once for tinyrun and once for runc (`TINYRUN_BIN=/usr/sbin/runc`) as the reference.
@@ -296,6 +296,49 @@ fn a_slice_name_fails_naming_the_slice_and_leaves_nothing() {
         for dir in [format!("/sys/fs/cgroup/{slice}"), format!("/sys/fs/cgroup/system.slice/{slice}")] {
             assert!(!Path::new(&dir).exists(), "{dir} left behind");
         }
+        rt.assert_nothing_left(&b.id);
+    });
+}
+
+/// Whether a process in the container can open a device the config denies: /dev/kmsg's
+/// numbers (c 1:11, not among the default devices), as a node the host makes in the container's
+/// /dev (mknod itself the default rules allow, as runc's do).
+fn device_probe(rt: &Runtime, b: &Bundle, pid: i32, when: &str) {
+    let node = format!("/proc/{pid}/root/dev/tinyrun-probe");
+    let _ = std::fs::remove_file(&node);
+    let st = Command::new("mknod").args([&node, "c", "1", "11"]).status().expect("mknod on the host");
+    assert!(st.success(), "mknod {node}");
+    let script = "true < /dev/tinyrun-probe && echo OPEN-ALLOWED; true";
+    let o = sd(rt, &["exec", &b.id, "sh", "-c", script]);
+    let _ = std::fs::remove_file(&node);
+    assert!(o.ok() && !o.stdout.contains("ALLOWED"), "{when}: a denied device opens:\n{o}");
+    assert!(o.stderr.contains("Operation not permitted"), "{when}: the device controller refuses:\n{o}");
+}
+
+/// systemd re-applies a unit's properties on `daemon-reload` and whenever one changes (`update`,
+/// `systemctl set-property`); the container's device rules must still hold after each.
+#[test]
+fn the_device_rules_hold_after_systemd_reapplies_the_unit() {
+    require_systemd!();
+    let rt = Runtime::new("sd_devices");
+    timed("device_rules", &rt, || {
+        let res = json!({"devices": [{"allow": false, "access": "rwm"}], "pids": {"limit": 20}});
+        let (b, unit) = bundle(&rt, &["sleep", "600"], res);
+        let pid = start(&rt, &b);
+        device_probe(&rt, &b, pid, "after start");
+        let st = Command::new("systemctl").arg("daemon-reload").status().expect("systemctl daemon-reload");
+        assert!(st.success(), "systemctl daemon-reload");
+        device_probe(&rt, &b, pid, "after systemctl daemon-reload");
+        sd(&rt, &["update", "--pids-limit", "30", &b.id]).expect_ok("update");
+        device_probe(&rt, &b, pid, "after update");
+        let st = Command::new("systemctl")
+            .args(["set-property", "--runtime", &unit.name, "TasksMax=40"])
+            .status()
+            .expect("systemctl set-property");
+        assert!(st.success(), "systemctl set-property");
+        device_probe(&rt, &b, pid, "after systemctl set-property");
+        sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
+        unit.assert_gone();
         rt.assert_nothing_left(&b.id);
     });
 }
