@@ -2,7 +2,9 @@
 //! (containerd with `SystemdCgroup = true`) uses it: the container is a transient scope unit
 //! `prefix-name.scope` in the slice, holding the container's processes, its limits visible both
 //! to systemd (`systemctl show`) and in the scope's cgroup files; `update` changes both; `pause`,
-//! `resume`, `kill` and `state` work on the scope; `delete` leaves neither unit nor cgroup.
+//! `resume`, `kill` and `state` work on the scope; `delete` leaves neither unit nor cgroup. The
+//! device rules hold when systemd re-applies the unit's properties; a failed unit left over with
+//! the container's name is replaced; a name ending in `.slice` fails, as it does with runc.
 //!
 //! These need systemd as PID 1 on cgroup v2: `conformance/run-systemd-tests` runs them in such a
 //! guest, once for tinyrun and once for runc (`TINYRUN_BIN=/usr/sbin/runc`) as the reference.
@@ -272,4 +274,141 @@ fn no_systemd_fails_naming_it_and_leaves_nothing() {
     stray.push(unit.cgroup());
     stray.retain(|p| p.exists());
     assert!(stray.is_empty(), "cgroup left behind: {stray:?}");
+}
+
+/// A cgroupsPath whose name ends in ".slice" names a slice unit for the container itself (runc's
+/// reading). systemd puts no process straight into a slice, so runc's request for it fails
+/// ("Cannot set property PIDs"); the runtime must fail too, naming the slice, and leave neither
+/// state, process, unit nor cgroup behind.
+#[test]
+fn a_slice_name_fails_naming_the_slice_and_leaves_nothing() {
+    require_systemd!();
+    let rt = Runtime::new("sd_slice");
+    timed("slice_name", &rt, || {
+        let b = rt.bundle(&["sleep", "600"]);
+        let slice = format!("system-{}.slice", b.id.replace('-', "_"));
+        b.config_mut(|c| c["linux"]["cgroupsPath"] = format!("system.slice:tinyrun:{slice}").into());
+        let o = sd(&rt, &["create", "--bundle", b.path(), &b.id]).expect_err("create with a slice as the name");
+        assert!(o.stderr.contains(&slice), "the error names the slice unit {slice}:\n{o}");
+        let unit = Unit { name: slice.clone() };
+        let shown = unit.show(&["ActiveState"]);
+        assert_ne!(shown.get("ActiveState").map(String::as_str), Some("active"), "{slice}: {shown:?}");
+        for dir in [format!("/sys/fs/cgroup/{slice}"), format!("/sys/fs/cgroup/system.slice/{slice}")] {
+            assert!(!Path::new(&dir).exists(), "{dir} left behind");
+        }
+        rt.assert_nothing_left(&b.id);
+    });
+}
+
+/// Whether a process in the container can open a device the config denies: /dev/kmsg's
+/// numbers (c 1:11, not among the default devices), as a node the host makes in the container's
+/// /dev (mknod itself the default rules allow, as runc's do).
+fn device_probe(rt: &Runtime, b: &Bundle, pid: i32, when: &str) {
+    let node = format!("/proc/{pid}/root/dev/tinyrun-probe");
+    let _ = std::fs::remove_file(&node);
+    let st = Command::new("mknod").args([&node, "c", "1", "11"]).status().expect("mknod on the host");
+    assert!(st.success(), "mknod {node}");
+    let script = "true < /dev/tinyrun-probe && echo OPEN-ALLOWED; true";
+    let o = sd(rt, &["exec", &b.id, "sh", "-c", script]);
+    let _ = std::fs::remove_file(&node);
+    assert!(o.ok() && !o.stdout.contains("ALLOWED"), "{when}: a denied device opens:\n{o}");
+    assert!(o.stderr.contains("Operation not permitted"), "{when}: the device controller refuses:\n{o}");
+}
+
+/// systemd re-applies a unit's properties on `daemon-reload` and whenever one changes (`update`,
+/// `systemctl set-property`); the container's device rules must still hold after each.
+#[test]
+fn the_device_rules_hold_after_systemd_reapplies_the_unit() {
+    require_systemd!();
+    let rt = Runtime::new("sd_devices");
+    timed("device_rules", &rt, || {
+        let res = json!({"devices": [{"allow": false, "access": "rwm"}], "pids": {"limit": 20}});
+        let (b, unit) = bundle(&rt, &["sleep", "600"], res);
+        let pid = start(&rt, &b);
+        device_probe(&rt, &b, pid, "after start");
+        let st = Command::new("systemctl").arg("daemon-reload").status().expect("systemctl daemon-reload");
+        assert!(st.success(), "systemctl daemon-reload");
+        device_probe(&rt, &b, pid, "after systemctl daemon-reload");
+        sd(&rt, &["update", "--pids-limit", "30", &b.id]).expect_ok("update");
+        device_probe(&rt, &b, pid, "after update");
+        let st = Command::new("systemctl")
+            .args(["set-property", "--runtime", &unit.name, "TasksMax=40"])
+            .status()
+            .expect("systemctl set-property");
+        assert!(st.success(), "systemctl set-property");
+        device_probe(&rt, &b, pid, "after systemctl set-property");
+        sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
+        unit.assert_gone();
+        rt.assert_nothing_left(&b.id);
+    });
+}
+
+/// A unit of the container's name that systemd still holds, failed (here: a scope that ran past
+/// its RuntimeMaxSec), does not stop the container: the failed unit is reset and the start
+/// retried once, as runc does.
+#[test]
+fn a_leftover_failed_unit_of_the_same_name_is_replaced() {
+    require_systemd!();
+    let rt = Runtime::new("sd_exists");
+    timed("failed_unit_exists", &rt, || {
+        let (b, unit) = bundle(&rt, &["sleep", "600"], json!({"pids": {"limit": 10}}));
+        let st = Command::new("systemd-run")
+            .args(["--quiet", "--scope", "--unit", &unit.name, "-p", "RuntimeMaxSec=1", "sleep", "30"])
+            .status()
+            .expect("systemd-run --scope");
+        assert!(!st.success(), "the scope's sleep was stopped at RuntimeMaxSec");
+        let shown = unit.show(&["ActiveState"]);
+        assert_eq!(shown.get("ActiveState").map(String::as_str), Some("failed"), "{}: {shown:?}", unit.name);
+        let pid = start(&rt, &b);
+        let state = unit.show(&["ActiveState"]).get("ActiveState").cloned();
+        if rt.is_runc() && state.as_deref() == Some("failed") {
+            // runc 1.1 ignores UnitExists; the reset and retry came with runc 1.2 (runc#3782).
+            eprintln!("KNOWN: runc 1.1 ran init outside a live unit: {} stayed failed", unit.name);
+            sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
+            return;
+        }
+        assert_eq!(state.as_deref(), Some("active"), "{} after create", unit.name);
+        let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("/proc/PID/cgroup");
+        assert_eq!(own.trim(), format!("0::/system.slice/{}", unit.name), "init is in the new scope");
+        sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
+        unit.assert_gone();
+        rt.assert_nothing_left(&b.id);
+    });
+}
+
+/// `run` in the foreground waits for the container after starting its scope: the connection to
+/// systemd must be gone by then, with no thread of its own left in the runtime (a thread found
+/// there could hold a lock a later fork inherits, and keeps the process busy).
+#[test]
+fn no_thread_of_the_bus_outlives_the_scope_start() {
+    require_systemd!();
+    let rt = Runtime::new("sd_threads");
+    if rt.is_runc() {
+        skip!("runc is a Go program with threads of its own");
+    }
+    timed("bus_threads", &rt, || {
+        let (b, unit) = bundle(&rt, &["sleep", "600"], json!({"pids": {"limit": 10}}));
+        let run = rt.spawn(&["--systemd-cgroup", "run", "--bundle", b.path(), &b.id]);
+        let runner = i32::try_from(run.child.id()).expect("pid");
+        rt.wait_status(&b.id, "running");
+        let threads = || -> Vec<String> {
+            let dir = format!("/proc/{runner}/task");
+            let tasks = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+            tasks
+                .filter_map(|t| t.ok())
+                .map(|t| std::fs::read_to_string(t.path().join("comm")).unwrap_or_default().trim().to_string())
+                .collect()
+        };
+        // Give an idle thread no chance to be counted as gone by a race: look twice.
+        let first = threads();
+        std::thread::sleep(Duration::from_millis(200));
+        let again = threads();
+        assert_eq!((first.len(), again.len()), (1, 1), "threads of `tinyrun run`: {first:?}, then {again:?}");
+        sd(&rt, &["kill", &b.id, "KILL"]).expect_ok("kill KILL");
+        run.wait();
+        // `run` deletes the container as it exits; a leftover one is deleted here.
+        let _ = sd(&rt, &["delete", "--force", &b.id]);
+        unit.assert_gone();
+        rt.assert_nothing_left(&b.id);
+    });
 }

@@ -1,16 +1,19 @@
 //! The few calls of systemd's D-Bus API (org.freedesktop.systemd1) the
-//! driver makes, through zbus' blocking API on the system bus. zbus built
-//! with its `tokio` feature drives the connection on a current-thread
-//! runtime inside each call, not on threads of its own. Only its connect
-//! runs on tokio's blocking pool: one thread, which ends after 10 s idle.
-//! That is harmless here: init is cloned before the first call (the scope
-//! is started with init's pid), and nothing later forks without exec.
+//! driver makes, through zbus on the system bus. zbus' blocking API would
+//! run every call on a process-wide multi-threaded tokio runtime that zbus
+//! keeps for good (a worker per CPU, plus a pool thread for the connect that
+//! idles on for 10 s). Here each `Bus` drives its connection on a
+//! current-thread runtime of its own instead: zbus' tasks run only inside
+//! its calls, and dropping the `Bus` ends the runtime and with it the one
+//! pool thread the connect used. No thread is left behind for `run` to
+//! carry while it waits, or for a later fork to copy.
 
 use std::time::{Duration, Instant};
 
-use zbus::blocking::Connection;
+use tokio::runtime::Runtime;
 use zbus::proxy::CacheProperties;
 use zbus::zvariant::{OwnedObjectPath, Value};
+use zbus::Connection;
 
 use super::SdError;
 
@@ -23,8 +26,8 @@ pub(super) type Prop = (&'static str, Value<'static>);
     interface = "org.freedesktop.systemd1.Manager",
     default_service = "org.freedesktop.systemd1",
     default_path = "/org/freedesktop/systemd1",
-    gen_async = false,
-    blocking_name = "ManagerProxy"
+    gen_blocking = false,
+    async_name = "ManagerProxy"
 )]
 trait Manager {
     /// `ssa(sv)a(sa(sv))`: the last argument (auxiliary units) stays empty.
@@ -41,11 +44,17 @@ trait Manager {
     fn set_unit_properties(&self, name: &str, runtime: bool, properties: &[Prop]) -> zbus::Result<()>;
 
     fn get_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
+
+    fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
 }
 
-/// A connection to systemd on the system bus.
+/// A connection to systemd on the system bus, with the runtime that
+/// drives it.
 pub(super) struct Bus {
+    /// Declared first: dropped before the runtime, which then drops the
+    /// connection's tasks and joins its idle connect thread.
     conn: Connection,
+    rt: Runtime,
 }
 
 /// How long a start or stop job may take; systemd finishes a scope's in
@@ -54,32 +63,53 @@ const JOB_PATIENCE: Duration = Duration::from_secs(30);
 
 impl Bus {
     pub(super) fn connect() -> Result<Bus, SdError> {
-        let conn = Connection::system().map_err(|e| SdError::new("connect to the system bus", e))?;
-        Ok(Bus { conn })
+        let err = |e: &dyn std::fmt::Display| SdError::new("connect to the system bus", e);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| err(&e))?;
+        let conn = rt.block_on(Connection::system()).map_err(|e| err(&e))?;
+        Ok(Bus { conn, rt })
     }
 
-    fn manager(&self) -> Result<ManagerProxy<'_>, SdError> {
+    async fn manager(&self) -> Result<ManagerProxy<'_>, SdError> {
         let b = ManagerProxy::builder(&self.conn).cache_properties(CacheProperties::No);
-        b.build().map_err(|e| SdError::new("reach org.freedesktop.systemd1", e))
+        b.build().await.map_err(|e| SdError::new("reach org.freedesktop.systemd1", e))
     }
 
-    /// StartTransientUnit in mode "replace"; returns the job.
+    /// StartTransientUnit in mode "replace"; returns the job. A unit of
+    /// that name that systemd still has (a failed one left over) is reset
+    /// and the start tried once more, as runc does.
     pub(super) fn start(&self, unit: &str, props: &[Prop]) -> Result<OwnedObjectPath, SdError> {
-        self.manager()?.start_transient_unit(unit, "replace", props, &[]).map_err(|e| SdError::new("start", e))
+        self.rt.block_on(async {
+            let m = self.manager().await?;
+            match m.start_transient_unit(unit, "replace", props, &[]).await {
+                Err(e) if is_dbus_error(&e, "org.freedesktop.systemd1.UnitExists") => {
+                    // A unit that is not failed can't be reset: the retry
+                    // then fails with systemd's own message.
+                    let _ = m.reset_failed_unit(unit).await;
+                    m.start_transient_unit(unit, "replace", props, &[]).await
+                }
+                other => other,
+            }
+            .map_err(|e| SdError::new("start", e))
+        })
     }
 
     /// StopUnit in mode "replace"; `None` when systemd has no such unit.
     pub(super) fn stop(&self, unit: &str) -> Result<Option<OwnedObjectPath>, SdError> {
-        match self.manager()?.stop_unit(unit, "replace") {
-            Ok(job) => Ok(Some(job)),
-            Err(e) if is_no_such_unit(&e) => Ok(None),
-            Err(e) => Err(SdError::new("stop", e)),
-        }
+        self.rt.block_on(async {
+            match self.manager().await?.stop_unit(unit, "replace").await {
+                Ok(job) => Ok(Some(job)),
+                Err(e) if is_dbus_error(&e, "org.freedesktop.systemd1.NoSuchUnit") => Ok(None),
+                Err(e) => Err(SdError::new("stop", e)),
+            }
+        })
     }
 
     /// SetUnitProperties with runtime=true (lost at reboot, as the unit is).
     pub(super) fn set(&self, unit: &str, props: &[Prop]) -> Result<(), SdError> {
-        self.manager()?.set_unit_properties(unit, true, props).map_err(|e| SdError::new("set properties of", e))
+        self.rt.block_on(async {
+            let m = self.manager().await?;
+            m.set_unit_properties(unit, true, props).await.map_err(|e| SdError::new("set properties of", e))
+        })
     }
 
     /// Waits until systemd is done with `job`: a finished job's object
@@ -88,10 +118,15 @@ impl Bus {
     /// the pause between polls doubles from there, so a queued job costs
     /// a few bus calls, not thousands.
     pub(super) fn wait_job(&self, job: &OwnedObjectPath) -> Result<(), SdError> {
-        let proxy = self.proxy(job.as_str(), "org.freedesktop.systemd1.Job")?;
         let deadline = Instant::now() + JOB_PATIENCE;
         let mut pause = Duration::from_millis(1);
-        while proxy.get_property::<String>("State").is_ok() {
+        let queued = || {
+            self.rt.block_on(async {
+                let proxy = self.proxy(job.as_str(), "org.freedesktop.systemd1.Job").await?;
+                Ok::<bool, SdError>(proxy.get_property::<String>("State").await.is_ok())
+            })
+        };
+        while queued()? {
             if Instant::now() > deadline {
                 let why = format!("job {} still queued after {}s", job.as_str(), JOB_PATIENCE.as_secs());
                 return Err(SdError { op: "wait for", why });
@@ -105,20 +140,22 @@ impl Bus {
     /// A property of the loaded unit `unit` on interface `iface`
     /// (`Unit` for ActiveState, `Scope` for ControlGroup).
     pub(super) fn unit_property(&self, unit: &str, iface: &str, name: &str) -> Result<String, SdError> {
-        let path = self.manager()?.get_unit(unit).map_err(|e| SdError::new("find", e))?;
-        let proxy = self.proxy(path.as_str(), iface)?;
-        proxy.get_property::<String>(name).map_err(|e| SdError::new("read a property of", e))
+        self.rt.block_on(async {
+            let path = self.manager().await?.get_unit(unit).await.map_err(|e| SdError::new("find", e))?;
+            let proxy = self.proxy(path.as_str(), iface).await?;
+            proxy.get_property::<String>(name).await.map_err(|e| SdError::new("read a property of", e))
+        })
     }
 
-    fn proxy(&self, path: &str, iface: &str) -> Result<zbus::blocking::Proxy<'_>, SdError> {
+    async fn proxy(&self, path: &str, iface: &str) -> Result<zbus::Proxy<'_>, SdError> {
         let err = |e| SdError::new("reach an object of", e);
-        let b = zbus::blocking::proxy::Builder::<zbus::blocking::Proxy<'_>>::new(&self.conn);
+        let b = zbus::proxy::Builder::<zbus::Proxy<'_>>::new(&self.conn);
         let b = b.destination(DEST).map_err(err)?.path(path.to_string()).map_err(err)?;
         let b = b.interface(iface.to_string()).map_err(err)?.cache_properties(CacheProperties::No);
-        b.build().map_err(err)
+        b.build().await.map_err(err)
     }
 }
 
-fn is_no_such_unit(e: &zbus::Error) -> bool {
-    matches!(e, zbus::Error::MethodError(name, _, _) if name.as_str() == "org.freedesktop.systemd1.NoSuchUnit")
+fn is_dbus_error(e: &zbus::Error, want: &str) -> bool {
+    matches!(e, zbus::Error::MethodError(name, _, _) if name.as_str() == want)
 }

@@ -60,9 +60,15 @@ impl Scope {
             ));
         };
         if name.ends_with(".slice") {
+            // runc reads this as a slice unit of that name for the
+            // container, and asks systemd to start it with init in it;
+            // systemd puts no process straight into a slice, so runc's
+            // create always fails there ("Cannot set property PIDs").
+            // Failing here, before anything exists, is the same outcome.
             return Err(format!(
-                "linux.cgroupsPath {recorded:?}: a name ending in \".slice\" asks for a slice unit of the \
-                 container's own, which tinyrun's systemd driver does not make; name a scope instead"
+                "linux.cgroupsPath {recorded:?}: a name ending in \".slice\" asks for a slice unit {name:?} \
+                 holding the container's processes, and systemd puts no process straight into a slice (runc's \
+                 create fails there too); name a scope instead"
             ));
         }
         if name.is_empty() || name.contains('/') || prefix.contains('/') {
