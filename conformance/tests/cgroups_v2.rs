@@ -32,4 +32,5 @@ on_v2!(
     failures_leave_no_cgroup,
     device_rules_are_enforced,
     kernel_memory_is_ignored_with_a_warning,
+    exec_into_a_sub_cgroup,
 );

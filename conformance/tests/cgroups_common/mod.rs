@@ -420,3 +420,58 @@ pub fn kernel_memory_is_ignored_with_a_warning(v: V) {
     assert_eq!(limit, "50331648", "update applies the limit beside it");
     delete_and_check(&rt, &b.id);
 }
+
+/// `exec --cgroup`: the process lands in the (caller-made) sub-cgroup of the container's
+/// cgroup, in every hierarchy for a bare path and only in the named controller's for
+/// `CONTROLLER:PATH` (v1); a sub-cgroup that doesn't exist, or a path leaving the
+/// container's cgroup, is refused and nothing runs; `delete` removes the sub-cgroup too.
+pub fn exec_into_a_sub_cgroup(v: V) {
+    let rt = Runtime::new("cgsub");
+    let b = bundle(&rt, "exec sleep 600", json!({}));
+    start(&rt, &b);
+    for dir in cgroup_dirs(&b.id) {
+        let sub = dir.join("sub");
+        std::fs::create_dir(&sub).unwrap_or_else(|e| panic!("mkdir {}: {e}", sub.display()));
+        // A v1 cpuset cgroup takes no task before it has cpus and mems.
+        for f in ["cpuset.cpus", "cpuset.mems"] {
+            if sub.join(f).exists() {
+                std::fs::write(sub.join(f), read(&dir.join(f))).unwrap();
+            }
+        }
+    }
+    let exec_in = |cgroup: &str| -> Vec<String> {
+        let pidfile = rt.work().join(format!("sub-{}.pid", cgroup.replace([':', '/', ','], "_")));
+        let pf = pidfile.to_str().unwrap();
+        let script = "exec sleep 600 </dev/null >/dev/null 2>&1";
+        rt.run(&["exec", "-d", "--pid-file", pf, "--cgroup", cgroup, &b.id, "sh", "-c", script])
+            .expect_ok("exec --cgroup");
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        rt.track_pid(pid);
+        let lines = read(&PathBuf::from(format!("/proc/{pid}/cgroup")));
+        lines.lines().filter(|l| l.contains(&format!("/tinyrun-test/{}", b.id))).map(str::to_string).collect()
+    };
+    let all = exec_in("sub");
+    eprintln!("exec --cgroup sub: {all:?}");
+    assert!(!all.is_empty());
+    for l in &all {
+        assert!(l.ends_with(&format!("/tinyrun-test/{}/sub", b.id)), "every hierarchy: {all:?}");
+    }
+    if v == V::V1 {
+        let one = exec_in("memory:sub");
+        eprintln!("exec --cgroup memory:sub: {one:?}");
+        for l in &one {
+            let in_sub = l.ends_with("/sub");
+            assert_eq!(in_sub, l.split(':').nth(1) == Some("memory"), "only memory's: {one:?}");
+        }
+    }
+    for (arg, why) in [("nosuch", "no such sub-cgroup"), ("../..", "below the container's cgroup")] {
+        let o = rt.run(&["exec", "--cgroup", arg, &b.id, "true"]).expect_err("a bad --cgroup");
+        if !rt.is_runc() {
+            assert!(o.stderr.contains(why), "{arg}: {o}");
+        }
+    }
+    rt.run(&["kill", &b.id, "KILL"]).expect_ok("kill");
+    rt.wait_status(&b.id, "stopped");
+    rt.run(&["delete", &b.id]).expect_ok("delete");
+    rt.assert_nothing_left(&b.id);
+}

@@ -58,6 +58,7 @@ mod path;
 mod read;
 mod rootless;
 pub(crate) mod stats;
+mod sub;
 mod systemd;
 mod v1;
 
@@ -73,6 +74,7 @@ pub(crate) use check::{check_spec, drop_ignored};
 pub(crate) use freeze::is_frozen;
 pub(crate) use hierarchy::Mount;
 pub use stats::StatsData;
+pub(crate) use sub::SubCgroups;
 
 /// Where the host's cgroup hierarchies are mounted.
 const ROOT: &str = "/sys/fs/cgroup";

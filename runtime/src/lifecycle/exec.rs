@@ -160,7 +160,10 @@ impl Container {
             root,
         };
         let cgroup = self.cgroup()?;
-        let clone_into = self.self_join(cgroup.as_ref(), &mut cfg);
+        let joins_cgroup = JoinCgroup { cgroup: cgroup.as_ref(), sub_dirs: sub_dirs(cgroup.as_ref(), &opts.cgroups)? };
+        // A process bound for sub-cgroups is moved there by us, after the
+        // clone, not by itself into the container's own.
+        let clone_into = if joins_cgroup.sub_dirs.is_some() { None } else { self.self_join(cgroup.as_ref(), &mut cfg) };
 
         let mut old = SigSet::empty();
         if !opts.detach {
@@ -168,7 +171,7 @@ impl Container {
                 .map_err(|e| SysError::bare("sigprocmask", e))?;
         }
         let result =
-            self.spawn(&cfg, &parent_joins, opts, clone_into.as_ref(), cgroup.as_ref(), &affinity).and_then(|pid| {
+            self.spawn(&cfg, &parent_joins, opts, clone_into.as_ref(), &joins_cgroup, &affinity).and_then(|pid| {
                 drop(self);
                 if opts.detach {
                     return Ok((pid, 0));
@@ -294,7 +297,7 @@ impl Container {
         parent_joins: &[Join],
         opts: &ExecOptions,
         clone_into: Option<&OwnedFd>,
-        cgroup: Option<&crate::cgroups::Cgroup>,
+        cgroup: &JoinCgroup,
         affinity: &crate::sched::ExecAffinity,
     ) -> Result<Pid> {
         let (ours, theirs) = sync::pair()?;
@@ -326,7 +329,7 @@ impl Container {
         let Forked::Parent(pid) = forked? else { unreachable_child() };
         drop(theirs);
         let mut pid = pid;
-        let outcome = self.converse(cfg, &mut pid, &ours, opts, cgroup, affinity);
+        let outcome = self.converse(cfg, &mut pid, &ours, cgroup, affinity);
         if let Err(e) = outcome {
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
             let _ = nix::sys::wait::waitpid(pid, None);
@@ -346,12 +349,11 @@ impl Container {
         cfg: &ExecConfig,
         pid: &mut Pid,
         ours: &sync::Channel,
-        opts: &ExecOptions,
-        cgroup: Option<&crate::cgroups::Cgroup>,
+        cgroup: &JoinCgroup,
         affinity: &crate::sched::ExecAffinity,
     ) -> Result<()> {
         let child = *pid;
-        self.join_exec_cgroup(child, &opts.cgroups, cgroup)?;
+        cgroup.join(child)?;
         if let Some(cpus) = &affinity.final_ {
             nix::sched::sched_setaffinity(child, cpus)
                 .map_err(|e| RuntimeError::Sys(SysError::new("sched_setaffinity", format_args!("pid {child}"), e)))?;
@@ -399,19 +401,38 @@ impl Container {
         let payload = crate::seccomp::notify::process_state(listener, pid.as_raw(), &state)?;
         crate::seccomp::notify::send(listener, std::os::fd::AsFd::as_fd(fd), &payload)
     }
+}
 
-    /// Puts an exec'd process into the container's cgroup before it runs
-    /// anything of its own.
-    fn join_exec_cgroup(&self, pid: Pid, sub: &[String], cgroup: Option<&crate::cgroups::Cgroup>) -> Result<()> {
-        if !sub.is_empty() {
-            return Err(RuntimeError::unsupported("--cgroup", "sub-cgroups are not supported yet"));
-        }
-        // A no-op when the process moves itself.
-        if let Some(cg) = cgroup {
-            cg.add(pid)?;
+/// Where an exec'd process goes: the container's cgroup, or the
+/// sub-cgroups of it that `--cgroup` named.
+struct JoinCgroup<'a> {
+    cgroup: Option<&'a crate::cgroups::Cgroup>,
+    sub_dirs: Option<Vec<PathBuf>>,
+}
+
+impl JoinCgroup<'_> {
+    /// Puts the process there before it runs anything of its own (a
+    /// no-op for the container's cgroup when the process moves itself).
+    fn join(&self, pid: Pid) -> Result<()> {
+        match (self.cgroup, &self.sub_dirs) {
+            (Some(cg), Some(dirs)) => cg.add_to(pid, dirs)?,
+            (Some(cg), None) => cg.add(pid)?,
+            (None, _) => {}
         }
         Ok(())
     }
+}
+
+/// `--cgroup`'s sub-cgroups of `cgroup`, checked before anything is made.
+fn sub_dirs(cgroup: Option<&crate::cgroups::Cgroup>, args: &[String]) -> Result<Option<Vec<PathBuf>>> {
+    let sub = crate::cgroups::SubCgroups::parse(args)?;
+    if sub.is_empty() {
+        return Ok(None);
+    }
+    let cg = cgroup.ok_or_else(|| {
+        RuntimeError::InvalidArgument("--cgroup: the container has no cgroup of its own to have sub-cgroups".into())
+    })?;
+    Ok(Some(cg.sub_dirs(&sub)?))
 }
 
 fn unreachable_child() -> ! {
