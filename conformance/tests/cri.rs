@@ -172,7 +172,10 @@ fn oom_killed(cri: &Cri) {
         let text = std::fs::read_to_string(&events).unwrap_or_default();
         let kills = text.lines().find_map(|l| l.strip_prefix("oom_kill ")).and_then(|v| v.trim().parse::<u64>().ok());
         assert!(kills.is_some_and(|k| k >= 1), "exit 137 without OOMKilled, and no oom_kill in {events}: {text:?}");
-        eprintln!("oom_killed: exit 137, reason {:?}: the shim missed the OOM event; {events}: oom_kill {kills:?}", st.reason);
+        eprintln!(
+            "oom_killed: exit 137, reason {:?}: the shim missed the OOM event; {events}: oom_kill {kills:?}",
+            st.reason
+        );
         return;
     }
     assert_eq!((st.reason.as_str(), st.exit_code), ("OOMKilled", 137), "{st:?}");
