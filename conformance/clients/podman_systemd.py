@@ -1,10 +1,13 @@
 """The podman-systemd group of conformance/clients/run: podman (4.3) as root
 with `cgroup_manager = "systemd"`, as on a systemd node. podman then calls
-the runtime with `--systemd-cgroup` and the cgroupsPath
-`machine.slice:libpod:ID`, so the container is the transient unit
-`libpod-ID.scope` in machine.slice (conmon gets `libpod-conmon-ID.scope`
-beside it, made by podman itself). Limits are read back twice: as the
-scope's systemd properties and from its cgroup files.
+the runtime with `--systemd-cgroup` and the cgroupsPath `SLICE:libpod:ID`,
+so the container is the transient unit `libpod-ID.scope` in the slice
+(conmon gets `libpod-conmon-ID.scope`, made by podman itself). The slice is
+the run's own, `tinyrun_clients_<pid>.slice` (`--cgroup-parent`), not
+podman's default machine.slice: the leftover checks and the teardown then
+see only this run's units, also on a host with containers of its own.
+Limits are read back twice: as the scope's systemd properties and from its
+cgroup files.
 
 It needs systemd as PID 1 on a pure cgroup v2 host; this project's machines
 have neither, so conformance/run-systemd-clients runs it in a guest booted
@@ -14,9 +17,9 @@ podman-systemd` asks for it (its scenarios then fail at set-up).
 
 What it sets up, all under WORK/pm-sd and removed by teardown():
 podman's own --root, --runroot, tmp dir and containers.conf, as the podman
-group has them (run's Env.setup_podman) but with the systemd cgroup manager
-and podman's own cgroup parent, machine.slice (no --cgroup-parent); the
-busybox image, `podman import`ed.
+group has them (run's Env.setup_podman) but with the systemd cgroup manager;
+the busybox image, `podman import`ed; the slice, which systemd makes with
+the first scope in it and teardown() stops.
 """
 import copy
 import os
@@ -25,7 +28,6 @@ import re
 from common import Fail, Skip, check, cgroup_paths, cgroup_v2_only, read, run, scenario, wait_for
 
 PACKAGES = ["podman", "conmon", "systemd"]
-SLICE = "machine.slice"
 
 
 def systemd_host():
@@ -65,9 +67,17 @@ class SystemdPodman:
         self.pm = None      # a copy of run's Env with podman pointed at self.dir
         self.ok = False
 
+    @property
+    def slice(self):
+        """The run's slice, named after the pid in its cgroupfs parent (which
+        owner.json keeps, so a later run can reap an interrupted one's). No
+        '-': systemd reads each as one more level of parent slices."""
+        return f"tinyrun_clients_{self.env.cg_parent.rsplit('-', 1)[1]}.slice"
+
     def podman_env(self):
         pm = copy.copy(self.env)
         pm.set_podman_dir(self.dir, "systemd")
+        pm.pm_slice = self.slice
         return pm
 
     def setup(self):
@@ -93,14 +103,27 @@ class SystemdPodman:
         if self.pm:
             self.pm.pm_rm(*names)
 
-    def units(self):
-        """The libpod units systemd knows, loaded or not (the containers'
-        and conmon's scopes)."""
+    def libpod_units(self):
+        """{unit: slice} of the libpod units systemd knows, loaded or not
+        (containers' and conmon's scopes), in any slice."""
         r = run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "libpod-*"])
-        return [line.split()[0] for line in r.out.splitlines() if line.strip()]
+        names = [line.split()[0] for line in r.out.splitlines() if line.strip()]
+        if not names:
+            return {}
+        r = run(["systemctl", "show", "--property=Id", "--property=Slice", *names])
+        out = {}
+        for block in r.out.split("\n\n"):
+            p = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+            if "Id" in p:
+                out[p["Id"]] = p.get("Slice", "")
+        return out
+
+    def units(self):
+        """The libpod units in the run's slice."""
+        return [u for u, sl in self.libpod_units().items() if sl == self.slice]
 
     def cgroup_dirs(self):
-        base = f"/sys/fs/cgroup/{SLICE}"
+        base = f"/sys/fs/cgroup/{self.slice}"
         try:
             return [d for d in os.listdir(base) if d.startswith("libpod-")]
         except FileNotFoundError:
@@ -110,8 +133,8 @@ class SystemdPodman:
         """What is still there of container cid: its scope, conmon's, their
         cgroups (empty when nothing is)."""
         names = (f"libpod-{cid}.scope", f"libpod-conmon-{cid}.scope")
-        return ([u for u in self.units() if u in names] +
-                [f"/sys/fs/cgroup/{SLICE}/{d}" for d in self.cgroup_dirs() if d in names])
+        return ([u for u in self.libpod_units() if u in names] +
+                [f"/sys/fs/cgroup/{self.slice}/{d}" for d in self.cgroup_dirs() if d in names])
 
     # ---- for run's cleanup scenario and teardown
     def rm_all(self):
@@ -122,7 +145,7 @@ class SystemdPodman:
         if not self.ok:
             return []
         return ([f"unit {u}" for u in self.units()] +
-                [f"/sys/fs/cgroup/{SLICE}/{d}" for d in self.cgroup_dirs()])
+                [f"/sys/fs/cgroup/{self.slice}/{d}" for d in self.cgroup_dirs()])
 
     def teardown(self, notes):
         """Also for a work dir an interrupted run left: whatever podman
@@ -135,11 +158,14 @@ class SystemdPodman:
         r = pm.podman("system", "reset", "-f", timeout=120)
         if r.rc != 0:
             notes.append(f"podman-systemd: podman system reset: {r.brief()}")
-        # Units of containers podman lost track of: stop them (systemd kills
-        # what is in them and removes their cgroups).
+        # Whatever podman lost track of: stopping the run's slice stops every
+        # unit in it (systemd kills what is in them and removes the cgroups).
         if systemd_host():
-            for u in self.units():
-                run(["systemctl", "stop", u], timeout=30)
+            left = self.units()
+            r = run(["systemctl", "stop", self.slice], timeout=60)
+            if r.rc not in (0, 5):   # 5: not loaded, nothing was made in it
+                notes.append(f"podman-systemd: {r.brief()}")
+            for u in left:
                 run(["systemctl", "reset-failed", u], timeout=30)
 
 
@@ -168,8 +194,8 @@ def _(env):
 
 @scenario("podman-systemd", "limits-update")
 def _(env):
-    """--memory/--cpus/--pids-limit: the scope libpod-ID.scope in
-    machine.slice holds init, with Delegate=yes and the limits as its
+    """--memory/--cpus/--pids-limit: the scope libpod-ID.scope in the
+    run's slice holds init, with Delegate=yes and the limits as its
     properties (MemoryMax, CPUQuotaPerSecUSec, TasksMax), and in its cgroup
     files, read from the host and from inside. Then `podman update --memory
     --cpus --cpu-shares` (`RUNTIME --systemd-cgroup update --resources FILE
@@ -179,7 +205,7 @@ def _(env):
     try:
         cid, pid = s.start(n, ["--memory", "64m", "--cpus", "0.5", "--pids-limit", "42"])
         unit = f"libpod-{cid}.scope"
-        path = f"/{SLICE}/{unit}"
+        path = f"/{s.slice}/{unit}"
         check(cgroup_paths(pid).get("") == path,
               f"init's cgroup: want {path}, got {cgroup_paths(pid).get('')}")
         p = unit_props(unit, "ActiveState", "Slice", "Delegate", "MemoryMax", "TasksMax",
@@ -191,7 +217,7 @@ def _(env):
         r = s.pm.podman("exec", n, "cat", *(f"/sys/fs/cgroup/{f}" for f in files))
         inside = r.out.strip().splitlines() if r.rc == 0 else [f"<{r.brief()}>"]
         p["inside"] = dict(zip(files, inside))
-        want = {"ActiveState": "active", "Slice": SLICE, "Delegate": "yes", "MemoryMax": str(64 << 20),
+        want = {"ActiveState": "active", "Slice": s.slice, "Delegate": "yes", "MemoryMax": str(64 << 20),
                 "TasksMax": "42", "CPUQuotaPerSecUSec": 500_000,
                 "memory.max": str(64 << 20), "pids.max": "42", "cpu.max": "50000 100000"}
         want["inside"] = {f: want[f] for f in files}
@@ -217,14 +243,17 @@ def _(env):
 def _(env):
     """`podman exec`: output and exit status, and the process joins the
     container's scope (it is in the cgroup namespace's root, and in the
-    scope's cgroup.procs with init). Then `stop` (sleep as pid 1 ignores
+    scope's cgroup.procs with init); the container's and conmon's scopes
+    are both in the run's slice. Then `stop` (sleep as pid 1 ignores
     TERM: KILL, 137) leaves the scope stopped, and after `rm` neither it nor
     conmon's scope is left, as a unit or as a cgroup."""
     s = sd(env)
     n = "sd-exec"
     try:
         cid, _ = s.start(n)
-        check(f"libpod-{cid}.scope" in s.units(), f"no unit libpod-{cid[:12]}.scope: {s.units()}")
+        units = s.libpod_units()
+        for u in (f"libpod-{cid}.scope", f"libpod-conmon-{cid}.scope"):
+            check(units.get(u) == s.slice, f"no unit {u} in {s.slice}: {units}")
         r = s.pm.podman("exec", n, "sh", "-c",
                         "echo $$; cat /proc/self/cgroup; cat /sys/fs/cgroup/cgroup.procs; exit 3")
         check(r.rc == 3, f"exec exit status: want 3: {r.brief()}")
