@@ -55,7 +55,11 @@ pub(super) fn rest(r: &LinuxResources) -> LinuxResources {
 
 fn memory(m: &LinuxMemory, d: &Path) -> Result<()> {
     let limit = m.limit().filter(|v| *v != 0);
-    let swap = m.swap().filter(|v| *v != 0);
+    // No memory limit and no swap given: memory+swap goes unlimited too
+    // (runc's rule; the kernel refuses a memory limit above memory+swap),
+    // where there is swap accounting to set.
+    let unlimited = limit == Some(-1) && d.join("memory.memsw.limit_in_bytes").exists();
+    let swap = m.swap().filter(|v| *v != 0).or(unlimited.then_some(-1));
     // memory+swap may never go below memory: raise it first when it grows
     // past the current memory limit, as runc does.
     let current = read_trim(&d.join("memory.limit_in_bytes")).parse::<i64>().unwrap_or(-1);
@@ -235,5 +239,20 @@ mod tests {
         );
         let e = memory(&m, &d.join("gone")).unwrap_err().to_string();
         assert!(e.contains("gone/memory."), "{e}");
+    }
+
+    #[test]
+    fn an_unlimited_memory_makes_memory_and_swap_unlimited_first() {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path();
+        // Regular files stand in for cgroupfs ones, which a write replaces.
+        put(d, "memory.limit_in_bytes", "");
+        put(d, "memory.memsw.limit_in_bytes", "");
+        let m: LinuxMemory = serde_json::from_value(serde_json::json!({"limit": -1})).unwrap();
+        memory(&m, d).unwrap();
+        assert_eq!(read_trim(&d.join("memory.memsw.limit_in_bytes")), "-1");
+        assert_eq!(read_trim(&d.join("memory.limit_in_bytes")), "-1");
+        std::fs::remove_file(d.join("memory.memsw.limit_in_bytes")).unwrap();
+        memory(&m, d).expect("no swap accounting: the memory limit alone");
     }
 }
