@@ -28,20 +28,14 @@ fn bad(why: String) -> CgroupError {
 }
 
 /// A sub-cgroup path: below the container's cgroup, whatever its spelling
-/// (a leading `/` is the container's cgroup, as for runc; `..` would leave
+/// (a leading `/` is the container's cgroup, as for runc; `..` could leave
 /// it and is refused).
 fn below(arg: &str, path: &str) -> Result<PathBuf> {
-    let mut out = PathBuf::new();
-    for c in Path::new(path).components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::RootDir | Component::CurDir => {}
-            Component::ParentDir | Component::Prefix(_) => {
-                return Err(bad(format!("{arg} (the sub-cgroup must lie below the container's cgroup)")))
-            }
-        }
+    if Path::new(path).components().any(|c| c == Component::ParentDir) {
+        return Err(bad(format!("{arg} (the sub-cgroup must lie below the container's cgroup)")));
     }
-    Ok(out)
+    let clean = super::path::clean(Path::new(path));
+    Ok(clean.strip_prefix("/").unwrap_or(&clean).to_path_buf())
 }
 
 impl SubCgroups {
