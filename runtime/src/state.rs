@@ -24,6 +24,9 @@ pub(crate) const STATE_FILE: &str = "state.json";
 pub(crate) const CONFIG_FILE: &str = "config.json";
 /// The socket init waits on until `start`; it exists only while `created`.
 pub(crate) const START_SOCKET: &str = "start.sock";
+/// The socket a resident init (`CreateOptions::agent`) takes requests on,
+/// for as long as it lives.
+pub(crate) const AGENT_SOCKET: &str = "agent.sock";
 /// The compiled seccomp filter of config.json's profile, for `exec` to
 /// reuse (see `seccomp::Filter::from_cache`).
 pub(crate) const SECCOMP_FILE: &str = "seccomp.bpf";
@@ -185,7 +188,7 @@ impl StateDir {
 
     fn remove_known(&self) -> std::io::Result<()> {
         let pid = std::process::id();
-        for name in [STATE_FILE, CONFIG_FILE, START_SOCKET, SECCOMP_FILE] {
+        for name in [STATE_FILE, CONFIG_FILE, START_SOCKET, AGENT_SOCKET, SECCOMP_FILE] {
             for file in [name.to_string(), format!(".{name}.{pid}")] {
                 match std::fs::remove_file(self.dir.join(file)) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
@@ -247,12 +250,12 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     })
 }
 
-/// Calls `f` (a bind or a connect) with a short name for `<dir>/start.sock`:
-/// the directory's `/proc/self/fd/<N>` path, so a state root of any length
-/// can't overflow `sun_path` (108 bytes).
-pub(crate) fn via_start_socket<T>(dir: &Path, f: impl FnOnce(&str) -> std::io::Result<T>) -> std::io::Result<T> {
+/// Calls `f` (a bind or a connect) with a short name for socket `name` of
+/// state dir `dir`: the directory's `/proc/self/fd/<N>` path, so a state
+/// root of any length can't overflow `sun_path` (108 bytes).
+pub(crate) fn via_socket<T>(dir: &Path, name: &str, f: impl FnOnce(&str) -> std::io::Result<T>) -> std::io::Result<T> {
     let dirfd = File::open(dir)?;
-    f(&format!("{}/{START_SOCKET}", crate::sys::fs::fd_path(&dirfd)))
+    f(&format!("{}/{name}", crate::sys::fs::fd_path(&dirfd)))
 }
 
 /// Field 22 of `/proc/<pid>/stat` and whether the process is a zombie.
@@ -347,8 +350,8 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("r".repeat(200));
         let l = StateDir::create(&root, "c").unwrap();
-        let listener = via_start_socket(&l.dir, |p| std::os::unix::net::UnixListener::bind(p)).unwrap();
-        via_start_socket(&l.dir, |p| std::os::unix::net::UnixStream::connect(p)).unwrap();
+        let listener = via_socket(&l.dir, START_SOCKET, |p| std::os::unix::net::UnixListener::bind(p)).unwrap();
+        via_socket(&l.dir, START_SOCKET, |p| std::os::unix::net::UnixStream::connect(p)).unwrap();
         listener.accept().unwrap();
         assert!(l.path(START_SOCKET).exists());
     }

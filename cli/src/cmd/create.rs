@@ -30,6 +30,7 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         die_with_runtime: false,
         loopback: false,
         seccomp_cache: None,
+        agent: false,
     })
 }
 

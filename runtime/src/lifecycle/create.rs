@@ -19,7 +19,9 @@ use crate::namespaces::Plan;
 use crate::process::init::InitConfig;
 use crate::process::launch::{self, Host};
 use crate::spec::{self, Bundle};
-use crate::state::{now_rfc3339, proc_start_time, write_atomic, Record, StateDir, CONFIG_FILE, START_SOCKET};
+use crate::state::{
+    now_rfc3339, proc_start_time, write_atomic, Record, StateDir, AGENT_SOCKET, CONFIG_FILE, START_SOCKET,
+};
 
 /// What `create` (and `run`) take besides the id.
 #[derive(Debug, Default, Clone)]
@@ -60,6 +62,12 @@ pub struct CreateOptions {
     /// made 0700; one that others can write is not used), trusted like the
     /// state root.
     pub seccomp_cache: Option<PathBuf>,
+    /// A resident init: once started, init does not exec `process.args`
+    /// but stays as the container's pid 1 and runs programs on request
+    /// ([`Runtime::agent_spawn`]), each forked from it with every isolation
+    /// step already applied. Only for a detached container without a
+    /// terminal; `process.args` must still name a program of the container.
+    pub agent: bool,
 }
 
 impl Runtime {
@@ -84,6 +92,11 @@ impl Runtime {
         crate::exe::require_sealed(crate::exe::needed_for_create(&bundle.spec)?)?;
         let terminal = bundle.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
         super::check_terminal(terminal, opts.detach, opts.console_socket.is_some())?;
+        if opts.agent && (terminal || !opts.detach) {
+            return Err(RuntimeError::InvalidArgument(
+                "a resident init needs a detached container without a terminal".into(),
+            ));
+        }
         // Connect before anything exists: a bad socket path is the
         // caller's error and must leave nothing behind.
         let socket = super::connect_console_socket(opts.console_socket.as_deref())?;
@@ -158,8 +171,10 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     // No mount namespace (runc accepts that): init mounts in the host's,
     // under a bind of the rootfs, which is undone by `delete` or below.
     let host_root = HostRoot::before(&plan, &bundle.rootfs);
-    let listener = bind_start_socket(lock)?;
+    let listener = bind_socket(lock, START_SOCKET)?;
+    let agent = opts.agent.then(|| bind_socket(lock, AGENT_SOCKET)).transpose()?;
     let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
+    cfg.agent_listener = agent.as_ref();
     if let Some(f) = &cfg.process.seccomp {
         f.cache(spec, &lock.path(crate::state::SECCOMP_FILE));
     }
@@ -284,7 +299,9 @@ fn record(
         own_pid_ns: cfg.plan.is_new(LinuxNamespaceType::Pid),
         cgroup_path: cgroup.map(|c| c.recorded().to_string()),
         cgroup_paths: cgroup.map(|c| c.per_hierarchy().clone()).unwrap_or_default(),
-        init_exe: crate::state::proc_exe(pid.as_raw()),
+        // A resident init never execs: its start socket, gone once it is
+        // started, is all that tells created from running.
+        init_exe: if cfg.agent_listener.is_some() { None } else { crate::state::proc_exe(pid.as_raw()) },
         ptrace_possible: crate::exe::could_ptrace_runtime(&cfg.process.caps, cfg.plan.other_user_ns()),
         host_root_mount,
     };
@@ -295,14 +312,15 @@ fn record(
     Ok(rec)
 }
 
-/// Binds the state directory's start socket.
-fn bind_start_socket(lock: &StateDir) -> Result<OwnedFd> {
-    // A connection is what starts the container: only our own user may
-    // make one, whatever umask the caller has (the state dir is 0711).
+/// Binds socket `name` (start or agent) of the state directory.
+fn bind_socket(lock: &StateDir, name: &str) -> Result<OwnedFd> {
+    // A connection starts the container, or runs a program in it: only
+    // our own user may make one, whatever umask the caller has (the state
+    // dir is 0711).
     let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-    let bound = crate::state::via_start_socket(&lock.dir, |p| UnixListener::bind(p));
+    let bound = crate::state::via_socket(&lock.dir, name, |p| UnixListener::bind(p));
     nix::sys::stat::umask(old);
-    let l = bound.map_err(|e| RuntimeError::io("bind start socket", lock.path(START_SOCKET), e))?;
+    let l = bound.map_err(|e| RuntimeError::io("bind socket", lock.path(name), e))?;
     Ok(l.into())
 }
 
@@ -343,6 +361,7 @@ fn init_config<'a>(
         oom_score_adj: process.oom_score_adj(),
         wants_hooks,
         start_listener: listener,
+        agent_listener: None,
         stdio: opts.stdio,
         die_with_runtime: opts.die_with_runtime,
         loopback: opts.loopback,

@@ -1,6 +1,7 @@
 //! The OCI operations, one module each: load the container, check its
 //! state, act, persist.
 
+mod agent;
 mod create;
 mod delete;
 mod events;
@@ -27,6 +28,7 @@ use crate::process::finalize::ProcessConfig;
 use crate::state::{Record, StateDir};
 use crate::user::Ids;
 
+pub use agent::{AgentCommand, AgentExit, AgentProcess};
 pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};
 pub use run::RunOptions;

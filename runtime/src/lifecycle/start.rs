@@ -24,7 +24,9 @@ impl Container {
         let spec = self.config()?;
         let sock = self.lock.path(START_SOCKET);
         let mut conn =
-            crate::state::via_start_socket(&self.lock.dir, |p| UnixStream::connect(p)).map_err(|e| match e.kind() {
+            crate::state::via_socket(&self.lock.dir, START_SOCKET, |p| UnixStream::connect(p)).map_err(|e| match e
+                .kind()
+            {
                 std::io::ErrorKind::ConnectionRefused => {
                     RuntimeError::InvalidState("cannot start container: its init process exited before start".into())
                 }

@@ -75,6 +75,7 @@ pub(crate) struct ProcessConfig {
 /// files could still be looked at with the privileges to do so.
 pub(crate) struct Program {
     exe: CString,
+    args: Vec<CString>,
     env: Vec<CString>,
 }
 
@@ -176,15 +177,25 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
         nix::sys::prctl::set_no_new_privs()
             .map_err(|e| InitError::value("prctl", "PR_SET_NO_NEW_PRIVS", e).field("process.noNewPrivileges"))?;
     }
-    let env = with_home(&p.env, p.ids.uid);
-    let exe = find_executable(&p.args[0], &env)?;
-    refuse_runtime_binary(&exe)?;
-    let env = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
+    let program = program(&p.args, &p.env, p.ids.uid)?;
     sys::cloexec_from(3 + p.preserved_fds)?;
     if p.no_new_privs {
         load_seccomp(p.seccomp.as_ref(), chan)?;
     }
-    Ok(Program { exe, env })
+    Ok(program)
+}
+
+/// Step 7's look-up: `args[0]` found as execvp would (relative to the cwd
+/// when it has a slash), never the runtime's own binary; `HOME` added to
+/// `env` for `uid` when missing.
+pub(crate) fn program(args: &[CString], env: &[String], uid: u32) -> Result<Program, InitError> {
+    let first =
+        args.first().ok_or_else(|| InitError::other("look up the program", "args is empty").field("process.args"))?;
+    let env = with_home(env, uid);
+    let exe = find_executable(first, &env)?;
+    refuse_runtime_binary(&exe)?;
+    let env = env.into_iter().filter_map(|e| CString::new(e).ok()).collect();
+    Ok(Program { exe, args: args.to_vec(), env })
 }
 
 /// Installs the seccomp filter; with SCMP_ACT_NOTIFY, hands the listener fd
@@ -208,7 +219,7 @@ pub(crate) fn exec(p: &ProcessConfig, prog: &Program) -> InitError {
     if let Err(e) = crate::rlimits::apply_final(&p.rlimits) {
         return e;
     }
-    let argv: Vec<&CStr> = p.args.iter().map(|a| a.as_c_str()).collect();
+    let argv: Vec<&CStr> = prog.args.iter().map(|a| a.as_c_str()).collect();
     let envp: Vec<&CStr> = prog.env.iter().map(|a| a.as_c_str()).collect();
     sys::reset_signals();
     let errno = sys::execve(&prog.exe, &argv, &envp);

@@ -19,7 +19,8 @@
 //!  7. the path every container process shares with `exec`
 //!     ([`super::finalize`]): terminal, rlimits, cwd, LSM labels, seccomp,
 //!     user and capabilities, no_new_privs, `args[0]`; Ready
-//!  8. wait on start.sock; startContainer hooks; execve
+//!  8. wait on start.sock; startContainer hooks; execve (or, for a
+//!     resident init, serve requests: [`super::resident`])
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -54,6 +55,9 @@ pub(crate) struct InitConfig<'a> {
     pub wants_hooks: bool,
     /// Listening socket that `start` connects to.
     pub start_listener: &'a OwnedFd,
+    /// With a resident init, the socket it takes requests on once started
+    /// (module `resident`); it then never execs `process.args`.
+    pub agent_listener: Option<&'a OwnedFd>,
     /// fds to move to 0, 1 and 2 first.
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
     /// Keep PDEATHSIG for good: the container dies with its supervisor.
@@ -99,6 +103,11 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     }
     finalize::begin(cfg.stdio)?;
     finalize::die_with_parent(Some(Signal::SIGKILL))?;
+    if cfg.agent_listener.is_some() {
+        // Still the host's root, with the host's /proc: later, our own
+        // /proc/self/mem belongs to a user the container doesn't map.
+        super::resident::conceal_cmdline()?;
+    }
     if cfg.maps_dumpable && cfg.plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
         maps_while_dumpable(chan, Msg::Go)?;
     } else {
@@ -228,6 +237,7 @@ fn run_create_hooks(cfg: &InitConfig, chan: &Channel) -> Result<i32, InitError> 
 fn close_host_fds(cfg: &InitConfig, chan: &Channel) -> Step {
     let mut keep = vec![chan.as_raw_fd(), cfg.start_listener.as_raw_fd()];
     keep.extend(cfg.process.console);
+    keep.extend(cfg.agent_listener.map(AsRawFd::as_raw_fd));
     Ok(sys::close_fds_except(3 + cfg.process.preserved_fds, &keep)?)
 }
 
@@ -339,6 +349,12 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &finalize::
     let st = hook_state(cfg, host_pid, "created");
     if let Err(e) = hooks::run_all_in_container(cfg.spec, Kind::StartContainer, &st, Some(program.env())) {
         return fail(e);
+    }
+    if let Some(agent) = cfg.agent_listener {
+        // Started: `start` reads the end of the connection as success, as
+        // it would read an execve.
+        drop(conn);
+        return Err(super::resident::serve(agent, &cfg.process));
     }
     fail(finalize::exec(&cfg.process, program))
 }

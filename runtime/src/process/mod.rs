@@ -7,6 +7,7 @@ pub(crate) mod foreground;
 pub(crate) mod init;
 pub(crate) mod launch;
 pub(crate) mod program;
+pub(crate) mod resident;
 pub(crate) mod sync;
 
 /// Refuses to go on in a multi-threaded process. Every operation that

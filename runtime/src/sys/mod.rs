@@ -94,6 +94,36 @@ pub(crate) fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, Sy
     }
 }
 
+/// Plain `fork`: `clone(2)` with SIGCHLD and nothing else. It is not
+/// glibc's `fork`, so no atfork handler runs; not `clone3`, which a
+/// container's seccomp profile may deny while allowing `clone`.
+///
+/// # Preconditions
+/// The caller is single-threaded (see [`clone_fork`]).
+pub(crate) fn fork() -> Result<Forked, SysError> {
+    // SAFETY: a NULL stack makes clone(2) fork-like: the child resumes here
+    // on a private copy of this single-threaded process.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    };
+    match ret {
+        -1 => Err(SysError::bare("fork", Errno::last())),
+        0 => Ok(Forked::Child),
+        pid => {
+            #[allow(clippy::cast_possible_truncation, reason = "the kernel returns an int pid")]
+            let pid = pid as libc::pid_t;
+            Ok(Forked::Parent(Pid::from_raw(pid)))
+        }
+    }
+}
+
 /// `pidfd_open(2)`: a handle on a process that can't be confused with a later
 /// process reusing the same pid.
 pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd, SysError> {
