@@ -10,11 +10,12 @@
 //! cgroup and process of it in `Drop`; the id test puts back /etc/subuid and /etc/subgid as they
 //! were, even when it fails.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tinyrun_conformance::sandbox::{names_in, saw, Sbx};
+use tinyrun_conformance::sandbox::{names_in, saw, wait_for, Sbx};
 use tinyrun_conformance::{cmdline, kv, require_root};
 
 /// Running, unclaimed pool boxes of this test.
@@ -292,4 +293,145 @@ fn tiocsti_is_refused_in_a_box() {
     }
     assert_eq!(got.get("fionread").map(String::as_str), Some("3"), "FIONREAD under the allowlist\n{on_out}");
     sb.assert_clean("the ioctl runs");
+}
+
+/// Run in a launched box against its pid 1, the resident init that forks every `exec`: what of
+/// it can be read, what the box can see of the socket it serves, and whether signals from
+/// inside end it.
+const PROBE_INIT: &str = r#"
+for f in environ mem maps stack syscall auxv; do
+    if cat /proc/1/$f >/dev/null 2>&1; then echo "$f=readable"; else echo "$f=denied"; fi
+done
+for l in exe cwd root; do
+    if readlink /proc/1/$l >/dev/null 2>&1; then echo "$l=readable"; else echo "$l=denied"; fi
+done
+if ls /proc/1/fd >/dev/null 2>&1; then echo "fd=readable"; else echo "fd=denied"; fi
+echo "cmdline=$(tr '\0' ' ' </proc/1/cmdline | sed 's/ *$//')"
+echo "own_fds=$(ls /proc/$$/fd | tr '\n' ' ' | sed 's/ *$//')"
+echo "sockets=$(find / \( -path /proc -o -path /sys \) -prune -o -type s -print 2>/dev/null | tr '\n' ' ')"
+for s in TERM INT HUP QUIT USR1 KILL; do kill -$s 1 2>/dev/null; done
+echo "signalled=yes"
+"#;
+
+/// The resident init (pid 1 of a launched box) holds the runtime's memory and serves the socket
+/// every `exec` goes through: nothing in the box may read it, reach that socket, inherit one of
+/// its fds, learn the host's command line from it, or end it with a signal. From inside:
+/// /proc/1/{environ,mem,maps,stack,syscall,auxv} are unreadable and /proc/1/{exe,cwd,root,fd}
+/// unreachable (it is non-dumpable), its command line reads `tinyrun-init`, not the caller's
+/// `tinyrun --root ... sandbox launch ...`, the exec'd shell has only fds 0-2 (and the one `ls`
+/// opens), no socket file is anywhere in the box, and after SIGTERM, SIGINT, SIGHUP, SIGQUIT,
+/// SIGUSR1 and SIGKILL sent to pid 1 the next `exec` still runs.
+#[test]
+fn the_resident_init_is_out_of_reach() {
+    require_root!();
+    let sb = Sbx::new("sbx_resident");
+    let id = sb.launch(&[]);
+    let o = sb.raw(&["exec", &id, "--", "sh", "-c", PROBE_INIT]);
+    let after = sb.raw(&["exec", &id, "--", "echo", "still-serving"]);
+    let v = kv(&o.stdout);
+    saw("resident-init", format!("probe: exit {:?} {v:?}; exec after the signals: {after}", o.code()));
+    assert!(o.ok(), "{o}");
+    for f in ["environ", "mem", "maps", "stack", "syscall", "auxv", "exe", "cwd", "root", "fd"] {
+        assert_eq!(v.get(f).map(String::as_str), Some("denied"), "/proc/1/{f} from inside the box\n{o}");
+    }
+    assert_eq!(v.get("cmdline").map(String::as_str), Some("tinyrun-init"), "{o}");
+    let fds: Vec<&str> = v.get("own_fds").map(|s| s.split_whitespace().collect()).unwrap_or_default();
+    assert!(
+        fds.len() <= 4 && ["0", "1", "2"].iter().all(|f| fds.contains(f)),
+        "the exec'd shell's fds: {fds:?} (0-2 and ls's own only)"
+    );
+    assert_eq!(v.get("sockets").map(String::as_str), Some(""), "socket files visible in the box\n{o}");
+    assert_eq!(v.get("signalled").map(String::as_str), Some("yes"), "{o}");
+    assert!(after.ok() && after.stdout.trim() == "still-serving", "exec after signalling pid 1: {after}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("resident init");
+}
+
+/// Host pids in box `id`'s cgroups whose command is `comm`.
+fn box_pids_named(id: &str, comm: &str) -> Vec<i32> {
+    let mut pids = BTreeSet::new();
+    for d in tinyrun_conformance::sandbox::sandbox_cgroups(id) {
+        let procs = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+    }
+    pids.into_iter().filter(|p| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm)).collect()
+}
+
+fn ns_links(pid: i32) -> Vec<(String, String)> {
+    ["user", "pid", "mnt", "net", "ipc", "uts", "cgroup", "time"]
+        .iter()
+        .map(|n| {
+            (
+                n.to_string(),
+                fs::read_link(format!("/proc/{pid}/ns/{n}")).map(|l| l.display().to_string()).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// A program the resident init forks is in every namespace of the box and in its cgroups, under
+/// its seccomp filter, with no capability and no_new_privs, as a program `exec` made would be:
+/// compared from the host with the box's init. And a command dies with the `sandbox exec` that
+/// asked for it: the caller SIGKILLed, the command and what it started in its session are gone.
+#[test]
+fn an_exec_is_confined_and_dies_with_its_caller() {
+    require_root!();
+    let sb = Sbx::new("sbx_resident_exec");
+    let id = sb.launch(&[]);
+    let init = sb.list().into_iter().find(|(i, _, _)| *i == id).map(|(_, _, p)| p).unwrap_or(0) as i32;
+    let mut caller = sb.rt.spawn(&["sandbox", "exec", &id, "--", "sh", "-c", "sleep 300 & exec sleep 301"]);
+    let mut sleeps = Vec::new();
+    wait_for("the exec'd sleeps", 10, || {
+        sleeps = box_pids_named(&id, "sleep");
+        sleeps.len() == 2
+    });
+    let status = |p: i32| fs::read_to_string(format!("/proc/{p}/status")).unwrap_or_default();
+    let field = |p: i32, k: &str| tinyrun_conformance::sandbox::status_field(&status(p), k).unwrap_or_default();
+    let cg = |p: i32| fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap_or_default();
+    let s = sleeps[0];
+    let (init_ns, cmd_ns) = (ns_links(init), ns_links(s));
+    saw(
+        "resident-exec",
+        format!(
+            "init {init}, sleeps {sleeps:?}; ns init {init_ns:?} cmd {cmd_ns:?}; cmd Seccomp {} NoNewPrivs {} \
+             CapEff {} CapBnd {} Uid {}",
+            field(s, "Seccomp"),
+            field(s, "NoNewPrivs"),
+            field(s, "CapEff"),
+            field(s, "CapBnd"),
+            field(s, "Uid")
+        ),
+    );
+    assert!(init > 1, "no init pid for {id}");
+    assert!(init_ns.iter().all(|(_, l)| !l.is_empty()), "{init_ns:?}");
+    assert_eq!(cmd_ns, init_ns, "the exec'd program's namespaces against the box init's");
+    assert_eq!(cg(s), cg(init), "the exec'd program's cgroups against the box init's");
+    assert_eq!(field(s, "Seccomp"), "2");
+    assert_eq!(field(s, "NoNewPrivs"), "1");
+    assert_eq!(field(s, "CapEff"), "0000000000000000");
+    assert_eq!(field(s, "CapBnd"), "0000000000000000");
+    assert_eq!(field(s, "Uid"), field(init, "Uid"));
+    caller.child.kill().expect("kill the sandbox exec");
+    let _ = caller.child.wait();
+    let mut left = sleeps.clone();
+    let gone = {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            left = sleeps
+                .iter()
+                .copied()
+                .filter(|p| Path::new(&format!("/proc/{p}")).exists() && !field(*p, "State").starts_with('Z'))
+                .collect();
+            if left.is_empty() || Instant::now() > deadline {
+                break left.is_empty();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    saw("resident-exec", format!("caller killed; still running after 5 s: {left:?}"));
+    assert!(gone, "the command outlived the sandbox exec that started it: {left:?}");
+    let again = sb.raw(&["exec", &id, "--", "true"]);
+    assert!(again.ok(), "exec after a caller died: {again}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("resident exec");
 }

@@ -76,13 +76,15 @@ pub struct SandboxResult {
     pub signal: Option<String>,
     /// Killed at the wall-clock limit.
     pub timed_out: bool,
-    /// The kernel's OOM killer acted in the box.
+    /// The kernel's OOM killer acted in the box. Like `cpu_ms` and
+    /// `peak_memory_bytes`, read from the box's cgroup only when output is
+    /// captured (`--json`): otherwise only the status is used.
     pub oom_killed: bool,
     /// Wall time from create to exit.
     pub duration_ms: u64,
-    /// CPU time used by the whole box.
+    /// CPU time used by the whole box (captured results only).
     pub cpu_ms: u64,
-    /// Highest memory use of the box.
+    /// Highest memory use of the box (captured results only).
     pub peak_memory_bytes: u64,
     /// The command's stdout.
     pub stdout: Output,

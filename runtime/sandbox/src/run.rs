@@ -3,7 +3,7 @@
 //! a structured result.
 
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -12,10 +12,12 @@ use nix::unistd::Pid;
 use super::ids::Allocator;
 use super::options::SandboxOptions;
 use super::spec::{self, SANDBOX_UID};
-use super::wait::{finish, Capture, Interrupts, Scope};
+use super::wait::{finish, Capture, Child, Interrupts, Scope};
 use crate::error::{Error, Result};
 pub use crate::result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
-use tinyrun::{ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError, Status};
+use tinyrun::{
+    AgentCommand, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError, Status,
+};
 
 /// Where boxes' compiled seccomp programs are kept, one per profile: every
 /// box of the default profile after the first skips libseccomp.
@@ -106,7 +108,8 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         egress(root, &id, c.pid(), opts)?;
         c.start()?;
         drop(c);
-        let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
+        let child = Child::Own(pid);
+        let res = finish(&rt, &id, child, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
         writes_into(res, watch)
     })();
     let result = not_run_as_result(result, capture, started);
@@ -175,28 +178,10 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let _signals = Interrupts::block()?;
     let result = (|| {
         let watch = files_in(&bundles.join(&id), opts)?;
-        let c = rt.load(&id)?;
-        let mut p = c.exec_process(&ProcessOverrides {
-            args: cmd.to_vec(),
-            env: opts.env.clone(),
-            user: Some((SANDBOX_UID, Some(SANDBOX_UID))),
-            ..Default::default()
-        })?;
-        p.set_cwd("/work".into());
         let mut io = Capture::new(capture)?;
-        let stdio = io.stdio();
-        let pid = c.exec_spawn(&ExecOptions {
-            process: p,
-            detach: true,
-            pid_file: None,
-            console_socket: None,
-            preserve_fds: 0,
-            cgroups: Vec::new(),
-            ignore_paused: false,
-            stdio,
-        })?;
+        let child = spawn_in(&rt, &id, cmd, &opts.env, io.stdio())?;
         let (out_r, err_r) = io.readers();
-        let res = finish(&rt, &id, pid, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
+        let res = finish(&rt, &id, child, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
         writes_into(res, watch)
     })();
     let result = not_run_as_result(result, capture, started).map(|r| SandboxResult { pool: Some(PoolUse::Hit), ..r });
@@ -241,8 +226,10 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
     let (rt, bundles) = dirs(root);
     let id = new_id(prefix)?;
     let bundle = bundles.join(&id);
-    // pid 1 of the box only waits; it reaps whatever exec'd processes leave.
-    let idle = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"].map(String::from);
+    // pid 1 of the box is its resident init: it forks what `exec` asks for
+    // and reaps what those programs leave. It never execs its own program,
+    // which must still be one the box has.
+    let idle = ["/bin/sh".to_string()];
     let made = (|| -> Result<()> {
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle, host_id)?;
@@ -257,6 +244,7 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
             stdio: Some([fd, fd, fd]),
             loopback: opts.loopback,
             seccomp_cache: Some(seccomp_cache(root)),
+            agent: true,
             ..Default::default()
         };
         // Written before the box runs: a box that exists always has one.
@@ -289,17 +277,17 @@ pub struct ExecRequest {
     pub output_cap: usize,
 }
 
-/// Box `id`, loaded, unless its lifetime has ended (then it is purged, and
-/// the error says so).
-fn live_box(root: &Path, id: &str) -> Result<(Runtime, tinyrun::Container)> {
-    let (rt, _) = dirs(root);
+/// The runtime holding box `id` and the lifetime the box has left, unless
+/// that has ended (then the box is purged, and the error says so). Whether
+/// the box exists is left to what comes next.
+fn live_box(root: &Path, id: &str) -> Result<(Runtime, Option<Duration>)> {
     tinyrun::check_id(id)?;
-    if crate::lifetime::remaining(root, id).is_some_and(|d| d.is_zero()) {
+    let left = crate::lifetime::remaining(root, id);
+    if left.is_some_and(|d| d.is_zero()) {
         crate::lifetime::reap_expired(root);
         return Err(Error::InvalidState(format!("sandbox {id} has reached the end of its lifetime and is removed")));
     }
-    let c = rt.load(id)?;
-    Ok((rt, c))
+    Ok((dirs(root).0, left))
 }
 
 fn box_process(
@@ -329,9 +317,8 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     if let Some(e) = req.env.iter().find(|e| e.split_once('=').is_none_or(|(n, _)| n.is_empty())) {
         return Err(Error::InvalidArgument(format!("invalid --env {e:?}: use NAME=VALUE")));
     }
-    let (rt, c) = live_box(root, id)?;
+    let (rt, lifetime) = live_box(root, id)?;
     let started = Instant::now();
-    let lifetime = crate::lifetime::remaining(root, id);
     let limit = match (req.timeout, lifetime) {
         (Some(t), Some(l)) => Some(t.min(l)),
         (t, l) => t.or(l),
@@ -340,21 +327,10 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     let deadline = started + limit.unwrap_or(Duration::from_secs(100 * 365 * 86400));
     let _signals = Interrupts::block()?;
     let result = (|| {
-        let process = box_process(&c, cmd, &req.env, false)?;
         let mut io = Capture::new(req.capture)?;
-        let stdio = io.stdio();
-        let pid = c.exec_spawn(&ExecOptions {
-            process,
-            detach: true,
-            pid_file: None,
-            console_socket: None,
-            preserve_fds: 0,
-            cgroups: Vec::new(),
-            ignore_paused: false,
-            stdio,
-        })?;
+        let child = spawn_in(&rt, id, cmd, &req.env, io.stdio())?;
         let (out_r, err_r) = io.readers();
-        let mut res = finish(&rt, id, pid, started, deadline, out_r, err_r, req.output_cap, Scope::Session)?;
+        let mut res = finish(&rt, id, child, started, deadline, out_r, err_r, req.output_cap, Scope::Session)?;
         // The box's end killed it: that is its timeout too.
         if lifetime.is_some_and(|l| started.elapsed() >= l) && res.signal.is_some() {
             res.timed_out = true;
@@ -364,9 +340,34 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     not_run_as_result(result, req.capture, started)
 }
 
+/// Starts `cmd` in launched box `id`, as its user in /work, with `stdio`
+/// (ours if `None`): forked by the box's resident init, or, in a box
+/// without one, made by `exec`.
+fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], env: &[String], stdio: Option<[RawFd; 3]>) -> Result<Child> {
+    let agent = AgentCommand { args: cmd.to_vec(), env: env.to_vec(), cwd: Some("/work".into()) };
+    match rt.agent_spawn(id, &agent, stdio.unwrap_or([0, 1, 2])) {
+        Ok(p) => return Ok(Child::Agent(p)),
+        Err(RuntimeError::InvalidState(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let c = rt.load(id)?;
+    let process = box_process(&c, cmd, env, false)?;
+    let pid = c.exec_spawn(&ExecOptions {
+        process,
+        detach: true,
+        pid_file: None,
+        console_socket: None,
+        preserve_fds: 0,
+        cgroups: Vec::new(),
+        ignore_paused: false,
+        stdio,
+    })?;
+    Ok(Child::Own(pid))
+}
+
 /// An interactive shell in sandbox `id`, on a terminal; returns its status.
 pub fn shell(root: &Path, id: &str) -> Result<i32> {
-    let (_, c) = live_box(root, id)?;
+    let c = live_box(root, id)?.0.load(id)?;
     let process = box_process(&c, &["/bin/sh".to_string()], &[], true)?;
     Ok(c.exec(&ExecOptions {
         process,

@@ -53,25 +53,63 @@ impl Capture {
     }
 }
 
-enum Waited {
-    Exited(WaitStatus),
-    TimedOut,
-    Interrupted(nix::sys::signal::Signal),
+/// The process a box runs the command as.
+pub(super) enum Child {
+    /// Ours: the box's init, or a process `exec` made.
+    Own(Pid),
+    /// One the box's resident init forked for us.
+    Agent(tinyrun::AgentProcess),
 }
 
-/// Waits for `pid` until `deadline`, draining the output pipes into `res`.
-/// Without a pidfd or a signalfd there would be no timeout or no way to
-/// stop: either is an error, and the caller kills the box.
+/// How the command ended.
+enum Ended {
+    Exited(i32),
+    Signaled(String),
+}
+
+impl Child {
+    /// Blocks until the command has ended; `None` if that can't be known
+    /// (the box was killed under it).
+    fn wait(self) -> Option<Ended> {
+        match self {
+            Child::Own(pid) => match waitpid(pid, None).ok()? {
+                WaitStatus::Exited(_, code) => Some(Ended::Exited(code)),
+                WaitStatus::Signaled(_, sig, _) => Some(Ended::Signaled(sig.as_str().to_string())),
+                _ => None,
+            },
+            Child::Agent(p) => match p.wait().ok()?? {
+                tinyrun::AgentExit::Exited(code) => Some(Ended::Exited(code)),
+                tinyrun::AgentExit::Signaled(n) => Some(Ended::Signaled(
+                    nix::sys::signal::Signal::try_from(n)
+                        .map_or_else(|_| format!("signal {n}"), |s| s.as_str().to_string()),
+                )),
+            },
+        }
+    }
+}
+
+enum Waited {
+    Exited(Option<Ended>),
+    TimedOut(Child),
+    Interrupted(Child, nix::sys::signal::Signal),
+}
+
+/// Waits for `child` until `deadline`, draining the output pipes into
+/// `res`. Without a pidfd or a signalfd there would be no timeout or no
+/// way to stop: either is an error, and the caller kills the box.
 fn wait_capturing(
-    pid: Pid,
+    child: Child,
     deadline: Instant,
     out: Option<OwnedFd>,
     err: Option<OwnedFd>,
     cap: usize,
     res: &mut SandboxResult,
 ) -> Result<Waited> {
-    let outcome = |s: Option<WaitStatus>| Ok(s.map_or(Waited::TimedOut, Waited::Exited));
-    let pidfd = crate::sys::pidfd_open(pid).map_err(Error::sys("pidfd_open"))?;
+    // Readable once the command has ended.
+    let pidfd = match &child {
+        Child::Own(pid) => Some(crate::sys::pidfd_open(*pid).map_err(Error::sys("pidfd_open"))?),
+        Child::Agent(_) => None,
+    };
     let sigfd = nix::sys::signalfd::SignalFd::with_flags(
         &Interrupts::set(),
         nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
@@ -82,21 +120,26 @@ fn wait_capturing(
     let mut exited = false;
     loop {
         if exited && pipes.is_empty() {
-            return outcome(waitpid(pid, None).ok());
+            return Ok(Waited::Exited(child.wait()));
         }
         if let Ok(Some(info)) = sigfd.read_signal() {
             if let Ok(sig) = nix::sys::signal::Signal::try_from(info.ssi_signo as i32) {
-                return Ok(Waited::Interrupted(sig));
+                return Ok(Waited::Interrupted(child, sig));
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(Waited::TimedOut);
+            return Ok(Waited::TimedOut(child));
         }
         let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
         let mut fds: Vec<PollFd> = pipes.iter().map(|(f, _)| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
         if !exited {
-            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+            let end = match (&pidfd, &child) {
+                (Some(fd), _) => fd.as_fd(),
+                (None, Child::Agent(p)) => p.as_fd(),
+                (None, Child::Own(_)) => return Err(Error::InvalidState("no handle on the command".into())),
+            };
+            fds.push(PollFd::new(end, PollFlags::POLLIN));
         }
         fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
         if poll(&mut fds, PollTimeout::from(ms)).is_err() {
@@ -150,14 +193,14 @@ pub(super) enum Scope {
     Session,
 }
 
-/// Waits (capturing output) until `pid` exits, the deadline passes or we
-/// are told to stop; in the last two cases `scope` is killed. Then reads
-/// the box's usage.
+/// Waits (capturing output) until `child` exits, the deadline passes or
+/// we are told to stop; in the last two cases `scope` is killed. Then
+/// reads the box's usage.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
     rt: &Runtime,
     id: &str,
-    pid: Pid,
+    child: Child,
     started: Instant,
     deadline: Instant,
     out: Option<OwnedFd>,
@@ -166,42 +209,76 @@ pub(super) fn finish(
     scope: Scope,
 ) -> Result<SandboxResult> {
     let mut res = SandboxResult::default();
-    let status = match wait_capturing(pid, deadline, out, err, cap, &mut res) {
-        Ok(Waited::Exited(s)) => Some(s),
-        stop => {
-            // Killed from outside: the whole tree, by its cgroup. A box
-            // that can't be killed is an error, not a result.
-            res.timed_out = matches!(stop, Ok(Waited::TimedOut));
-            match scope {
-                Scope::Box => match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
-                    Ok(()) | Err(RuntimeError::NotRunning) => {}
-                    Err(e) => return Err(e.into()),
-                },
-                Scope::Session => kill_session(rt, id, pid),
+    // Only a captured result is shown whole: without capture the caller
+    // sees the status alone, and the usage isn't worth its reads.
+    let capturing = out.is_some();
+    // Our own child is reaped even when waiting failed.
+    let own = match &child {
+        Child::Own(pid) => Some(*pid),
+        Child::Agent(_) => None,
+    };
+    let (child, interrupted) = match wait_capturing(child, deadline, out, err, cap, &mut res) {
+        Ok(Waited::Exited(s)) => (Ok(s), None),
+        Ok(Waited::TimedOut(c)) => {
+            res.timed_out = true;
+            (Err(Some(c)), None)
+        }
+        Ok(Waited::Interrupted(c, sig)) => (Err(Some(c)), Some(sig)),
+        Err(e) => {
+            // A command of the resident init's went with its connection.
+            if own.is_some() || scope == Scope::Box {
+                kill_scope(rt, id, scope, None, own)?;
             }
-            let status = waitpid(pid, None).ok();
-            match stop {
-                Err(e) => return Err(e),
-                Ok(Waited::Interrupted(sig)) => return Err(Error::Stopped { id: id.to_string(), signal: sig }),
-                _ => {}
+            if let Some(pid) = own {
+                let _ = waitpid(pid, None);
             }
-            status
+            return Err(e);
         }
     };
-    match status {
-        Some(WaitStatus::Exited(_, code)) => res.exit_code = Some(code),
-        Some(WaitStatus::Signaled(_, sig, _)) => res.signal = Some(sig.as_str().to_string()),
-        _ => {}
+    let ended = match child {
+        Ok(ended) => ended,
+        Err(c) => {
+            // Killed from outside: the whole box by its cgroup, or the
+            // command's session. A box that can't be killed is an error,
+            // not a result.
+            kill_scope(rt, id, scope, c.as_ref(), own)?;
+            // A resident init killed with its box can't tell: our SIGKILL
+            // is what ended the command.
+            let ended = c.and_then(Child::wait).or_else(|| Some(Ended::Signaled("SIGKILL".into())));
+            if let Some(sig) = interrupted {
+                return Err(Error::Stopped { id: id.to_string(), signal: sig });
+            }
+            ended
+        }
+    };
+    match ended {
+        Some(Ended::Exited(code)) => res.exit_code = Some(code),
+        Some(Ended::Signaled(sig)) => res.signal = Some(sig),
+        None => {}
     }
     res.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     // A box whose lifetime ended meanwhile is gone, and its usage with it.
-    if let Ok(c) = rt.peek(id) {
+    if let Some(c) = capturing.then(|| rt.peek(id).ok()).flatten() {
         let usage = c.usage();
         res.cpu_ms = usage.cpu_ns / 1_000_000;
         res.peak_memory_bytes = usage.peak_memory;
         res.oom_killed = usage.oom_kills > 0;
     }
     Ok(res)
+}
+
+/// Kills what `scope` says of box `id`: all of it, or the session of the
+/// command (`child`, or our own `pid`).
+fn kill_scope(rt: &Runtime, id: &str, scope: Scope, child: Option<&Child>, own: Option<Pid>) -> Result<()> {
+    match (scope, child, own) {
+        (Scope::Session, Some(Child::Agent(p)), _) => p.kill()?,
+        (Scope::Session, _, Some(pid)) => kill_session(rt, id, pid),
+        _ => match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
+            Ok(()) | Err(RuntimeError::NotRunning) => {}
+            Err(e) => return Err(e.into()),
+        },
+    }
+    Ok(())
 }
 
 /// SIGKILLs every process of box `id` in `leader`'s session, a few rounds
