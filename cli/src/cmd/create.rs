@@ -30,6 +30,8 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         die_with_runtime: false,
         loopback: false,
         seccomp_cache: None,
+        // runc's way: every mounted hierarchy.
+        cgroup_v1_controllers: None,
     })
 }
 
