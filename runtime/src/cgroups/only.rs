@@ -15,7 +15,7 @@
 //! no controller and are left out: there the container's processes stay in
 //! the caller's cgroup.
 
-use oci_spec::runtime::{LinuxDevice, LinuxResources};
+use oci_spec::runtime::{LinuxDevice, LinuxMemory, LinuxResources};
 
 use super::check::Layout;
 use super::hierarchy::LIBCGROUPS_V1;
@@ -73,13 +73,15 @@ impl Cgroup {
             }
         }
         let blocks = [
-            ("linux.resources.memory", "memory", r.memory().is_some()),
+            ("linux.resources.memory", "memory", r.memory().is_some_and(|m| m != LinuxMemory::default())),
             ("linux.resources.pids", "pids", r.pids().is_some()),
             ("linux.resources.devices", "devices", r.devices().is_some()),
             ("linux.devices", "devices", !devices.is_empty()),
         ];
         wanted.extend(blocks.into_iter().filter(|(_, _, set)| *set).map(|(f, c, _)| (f, c)));
-        // A controller the host lacks was refused by `check` before this.
+        // A field whose controller the host lacks was refused by `check`
+        // before this. Device rules, even an empty list, are written (with
+        // the defaults after them): they need the devices hierarchy.
         let kept = |ctrl: &str| self.mounts.iter().any(|m| m.controllers.iter().any(|c| c == ctrl));
         match wanted.into_iter().find(|(_, ctrl)| !kept(ctrl)) {
             Some((field, ctrl)) => Err(CgroupError::Refused {
@@ -143,6 +145,10 @@ mod tests {
             &[],
         )
         .unwrap();
+        let no_memory = fixture::cgroup(root.path(), Layout::Hybrid, "/t/ct").keep_only(&names(&["cpu"]));
+        no_memory.check_only(&res(serde_json::json!({"memory": {}})), &[]).unwrap();
+        let e = no_memory.check_only(&res(serde_json::json!({"memory": {"limit": 1}})), &[]).unwrap_err();
+        assert!(e.to_string().contains("linux.resources.memory"), "{e}");
         for (r, field, ctrl) in [
             (serde_json::json!({"devices": [{"allow": false, "access": "rwm"}]}), "linux.resources.devices", "devices"),
             (serde_json::json!({"cpu": {"cpus": "0"}}), "linux.resources.cpu.cpus", "cpuset"),
