@@ -176,7 +176,8 @@ large   2G      4      512     120s  512M",
                  even lo up); the seccomp allowlist on (--no-seccomp); a read-only root (--writable-root); no \
                  capabilities, no_new_privs; private pid, mount, ipc, uts, network, cgroup and user namespaces; \
                  --output-cap 1M; --copy-limit 1G; --cgroup-parent /tinyrun-sandbox (each box's cgroup is \
-                 PARENT/ID, in every hierarchy).",
+                 PARENT/ID; on cgroup v1 only in the cpu, cpuacct, memory, pids and freezer hierarchies, \
+                 elsewhere the box stays in the caller's cgroup).",
             ),
             Block::P(
                 "A launched box lives for --lifetime, by default its --timeout (the preset's: 10s for micro), \

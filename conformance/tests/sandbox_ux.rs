@@ -465,7 +465,7 @@ fn remove_sandbox_cgroups_at(dir: &Path) {
     rmdir_tree(dir);
 }
 
-/// `--cgroup-parent` puts the box's cgroup where the caller says, in every hierarchy, and
+/// `--cgroup-parent` puts the box's cgroup where the caller says, in every hierarchy it joins, and
 /// nothing under the default /tinyrun-sandbox; terminate removes it.
 #[test]
 fn cgroup_parent_is_configurable() {
@@ -491,6 +491,78 @@ fn cgroup_parent_is_configurable() {
     let top = parent.top.clone();
     drop(parent);
     assert!(cgroup_dirs_of(&top, "").is_empty(), "the test's cgroup parent is removed: {:?}", cgroup_dirs_of(&top, ""));
+}
+
+/// The mounted cgroup v1 hierarchies: mount directory name and superblock options.
+fn v1_hierarchies() -> Vec<(String, Vec<String>)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some((pre, post)) = line.split_once(" - ") else { continue };
+        let dir = pre.split(' ').nth(4).unwrap_or_default();
+        let mut post = post.split(' ');
+        if post.next() != Some("cgroup") {
+            continue;
+        }
+        let opts = post.nth(1).unwrap_or_default().split(',').map(str::to_string).collect();
+        if let Some(name) = dir.strip_prefix("/sys/fs/cgroup/") {
+            out.push((name.to_string(), opts));
+        }
+    }
+    out
+}
+
+/// On cgroup v1 a box's cgroup is made only in the hierarchies of what it limits and reads
+/// (cpu, cpuacct, memory, pids, freezer), not in every mounted one as a container's is: its
+/// init is in those, its own cgroup is nowhere else (devices, blkio, cpuset, the named and
+/// hybrid cgroup2 hierarchies), `exec --json` still reports the usage read from them, and
+/// terminate leaves no directory of the box in any hierarchy.
+#[test]
+fn a_box_joins_only_the_cgroup_hierarchies_it_uses() {
+    require_root!();
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        tinyrun_conformance::skip!("a cgroup v2 host has one hierarchy");
+    }
+    let used = ["cpu", "cpuacct", "memory", "pids", "freezer"];
+    let (mut want, mut not): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for (name, opts) in v1_hierarchies() {
+        match opts.iter().any(|o| used.contains(&o.as_str())) {
+            true => want.push(name),
+            false => not.push(name),
+        }
+    }
+    let sb = Sbx::new("sbx_hierarchies");
+    let id = sb.launch(&[]);
+    let hierarchy = |d: &PathBuf| {
+        d.strip_prefix("/sys/fs/cgroup")
+            .ok()
+            .and_then(|r| r.components().next())
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+    };
+    let mut made: Vec<String> = sandbox_cgroups(&id).iter().filter_map(hierarchy).collect();
+    made.sort();
+    want.sort();
+    let init = sb.list().into_iter().find(|(i, _, _)| *i == id).map(|(_, _, pid)| pid).expect("the box is listed");
+    let own = std::fs::read_to_string(format!("/proc/{init}/cgroup")).unwrap_or_default();
+    let in_box: Vec<&str> = own.lines().filter(|l| l.ends_with(&format!("/tinyrun-sandbox/{id}"))).collect();
+    let (v, o) = {
+        let o = sb.raw(&["exec", "--json", &id, "--", "sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"]);
+        (tinyrun_conformance::sandbox::parse_result(&o), o)
+    };
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    let after = sandbox_cgroups(&id);
+    saw(
+        sb.name,
+        format!("made in {made:?} (used: {want:?}, not: {not:?}); init's lines {in_box:?}; exec usage cpu_ms {} peak {}; after terminate {after:?}", v["cpu_ms"], v["peak_memory_bytes"]),
+    );
+    assert!(!want.is_empty(), "no v1 hierarchy of cpu, memory, pids or freezer is mounted");
+    assert_eq!(made, want, "the box's cgroup is made in exactly the hierarchies it uses");
+    assert_eq!(in_box.len(), want.len(), "init is in the box's cgroup in each of them: {own}");
+    assert_eq!(v["exit_code"], 0, "{o}");
+    assert!(v["cpu_ms"].as_u64().is_some_and(|c| c > 0), "cpu time read from cpuacct: {o}");
+    assert!(v["peak_memory_bytes"].as_u64().is_some_and(|m| m > 0), "peak memory read from memory: {o}");
+    assert!(after.is_empty(), "terminate leaves no cgroup of the box in any hierarchy: {after:?}");
+    sb.assert_clean("terminate");
 }
 
 /// The README's persistent-box pattern, end to end: a package copied in with `sandbox cp`,

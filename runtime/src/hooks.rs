@@ -73,7 +73,12 @@ impl State<'_> {
 
 /// The hooks of one kind in `spec`.
 pub(crate) fn list(spec: &oci_spec::runtime::Spec, kind: Kind) -> &[Hook] {
-    let Some(h) = spec.hooks() else { return &[] };
+    list_in(spec.hooks().as_ref(), kind)
+}
+
+/// The hooks of one kind in a config's `hooks`.
+fn list_in(hooks: Option<&oci_spec::runtime::Hooks>, kind: Kind) -> &[Hook] {
+    let Some(h) = hooks else { return &[] };
     #[allow(deprecated)]
     let v = match kind {
         Kind::Prestart => h.prestart(),
@@ -93,8 +98,8 @@ pub(crate) fn run_all(spec: &oci_spec::runtime::Spec, kind: Kind, state_json: &[
 
 /// Runs every hook of `kind` in order, each failure a warning that stops
 /// none of the rest: the spec's rule for poststart and poststop.
-pub(crate) fn run_all_warn(spec: &oci_spec::runtime::Spec, kind: Kind, state_json: &[u8]) {
-    for (index, hook) in list(spec, kind).iter().enumerate() {
+pub(crate) fn run_all_warn(hooks: Option<&oci_spec::runtime::Hooks>, kind: Kind, state_json: &[u8]) {
+    for (index, hook) in list_in(hooks, kind).iter().enumerate() {
         if let Err(why) = run(hook, state_json, None) {
             crate::warn::warn(&Failure { kind, index, path: hook.path().clone(), why }.to_string());
         }

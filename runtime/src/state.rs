@@ -60,6 +60,10 @@ pub(crate) struct Record {
     /// cgroups differ per hierarchy). Absent from older records: none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cgroup_paths: BTreeMap<String, String>,
+    /// The v1 controllers whose hierarchies the cgroup was kept to
+    /// (`CreateOptions::cgroup_v1_controllers`); absent: every mounted one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_controllers: Option<Vec<String>>,
     /// Device and inode of init's executable while it waits for `start`
     /// (the runtime's own binary): once init has exec'd the program it
     /// differs, which is what "running" means.
@@ -331,6 +335,7 @@ mod tests {
             own_pid_ns: true,
             cgroup_path: None,
             cgroup_paths: BTreeMap::new(),
+            cgroup_controllers: Some(vec!["pids".into()]),
             init_exe: None,
             ptrace_possible: false,
             host_root_mount: Some(("/x/rootfs".into(), 99)),

@@ -31,6 +31,8 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         loopback: false,
         seccomp_cache: None,
         agent: false,
+        // runc's way: every mounted hierarchy.
+        cgroup_v1_controllers: None,
     })
 }
 

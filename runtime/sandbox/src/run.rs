@@ -25,6 +25,16 @@ fn seccomp_cache(root: &Path) -> PathBuf {
     root.join("sandbox-seccomp")
 }
 
+/// The cgroup v1 controllers a box joins: those its spec limits (memory,
+/// cpu, pids) and reads (cpuacct and memory for a run's usage; the runtime
+/// adds pids and freezer, which kill and delete use). Its spec has no
+/// device rules. The other hierarchies (cpuset, devices, blkio, the named
+/// and hybrid cgroup2 ones) would each be a directory more to make, join
+/// and remove per box, for nothing.
+fn box_controllers() -> Option<Vec<String>> {
+    Some(["cpu", "cpuacct", "memory", "pids", "freezer"].map(String::from).to_vec())
+}
+
 /// Where sandboxes keep their state and bundles under a runtime root.
 fn dirs(root: &Path) -> (Runtime, PathBuf) {
     (Runtime::new(root.join("sandbox")), root.join("sandbox-bundles"))
@@ -100,6 +110,7 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
             die_with_runtime: true,
             loopback: opts.loopback,
             seccomp_cache: Some(seccomp_cache(root)),
+            cgroup_v1_controllers: box_controllers(),
             ..Default::default()
         };
         let mut c = rt.create(&id, &create)?;
@@ -245,6 +256,7 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
             loopback: opts.loopback,
             seccomp_cache: Some(seccomp_cache(root)),
             agent: true,
+            cgroup_v1_controllers: box_controllers(),
             ..Default::default()
         };
         // Written before the box runs: a box that exists always has one.

@@ -12,7 +12,7 @@ use super::check::{Host, Layout};
 use super::{io_err, CgroupError, Result, ROOT};
 
 /// The v1 controllers libcgroups manages (and joins) when they are mounted.
-const LIBCGROUPS_V1: &[&str] = &[
+pub(super) const LIBCGROUPS_V1: &[&str] = &[
     "cpu",
     "cpuacct",
     "cpuset",

@@ -102,7 +102,7 @@ impl Cgroup {
 
 /// The `linux.resources` fields beyond those `v1` and `apart` write that
 /// `r` sets, with the v1 controller each needs.
-fn controllers_of(r: &LinuxResources) -> Vec<(&'static str, &'static str)> {
+pub(super) fn controllers_of(r: &LinuxResources) -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
     if r.block_io().is_some() {
         out.push(("linux.resources.blockIO", "blkio"));

@@ -39,7 +39,8 @@
 //! as a v2 one), `join` (making
 //! the cgroup and putting processes in it), `limits` (applying and updating
 //! `linux.resources`), `freeze` (the freezer and signalling every process),
-//! `read` (pids, stats, usage, OOM kills), `destroy` (removal). This file
+//! `read` (pids, stats, usage, OOM kills), `destroy` (removal), `only` (a v1
+//! cgroup kept to the hierarchies a caller names). This file
 //! holds the [`Cgroup`] handle itself and where its directories are.
 //!
 //! Every path is taken under the handle's `root` (`/sys/fs/cgroup` outside
@@ -53,6 +54,7 @@ mod hierarchy;
 mod join;
 mod limits;
 mod manager;
+mod only;
 mod open;
 mod path;
 mod read;
@@ -73,6 +75,7 @@ use check::Layout;
 pub(crate) use check::{check_spec, drop_ignored};
 pub(crate) use freeze::is_frozen;
 pub(crate) use hierarchy::Mount;
+pub(crate) use only::normalise as normalise_v1_controllers;
 pub use stats::StatsData;
 pub(crate) use sub::SubCgroups;
 
@@ -119,12 +122,21 @@ pub(crate) struct Cgroup {
     prepared: Cell<bool>,
     /// Init moves itself in (see [`Cgroup::prepare_self_join`]).
     self_joined: Cell<bool>,
+    /// The v1 controllers the cgroup is kept to (`only`): `mounts` lists
+    /// just their hierarchies.
+    only: Option<Vec<String>>,
 }
 
 impl Cgroup {
     /// The host's cgroup hierarchies, as this cgroup was opened with.
     pub(crate) fn hierarchies(&self) -> &[Mount] {
         &self.mounts
+    }
+
+    /// The v1 controllers the cgroup is kept to, to keep in the state
+    /// record; `None`: every mounted hierarchy.
+    pub(crate) fn kept_to(&self) -> Option<&Vec<String>> {
+        self.only.as_ref()
     }
 
     /// The path to keep in the state record.

@@ -31,8 +31,15 @@ impl Cgroup {
         Ok(Self::open_with(Path::new(ROOT), recorded, per, systemd, id, host.layout, ms))
     }
 
-    /// Opens the cgroup a state record names.
-    pub(crate) fn open(recorded: &str, per: &BTreeMap<String, String>, systemd: bool, id: &str) -> Result<Cgroup> {
+    /// Opens the cgroup a state record names, kept to the v1 controllers
+    /// `only` when the record lists them.
+    pub(crate) fn open(
+        recorded: &str,
+        per: &BTreeMap<String, String>,
+        systemd: bool,
+        id: &str,
+        only: Option<&[String]>,
+    ) -> Result<Cgroup> {
         if systemd {
             systemd::Scope::parse(recorded).map_err(|e| CgroupError::Path(format!("state record: {e}")))?;
         }
@@ -41,7 +48,11 @@ impl Cgroup {
             return Err(CgroupError::Path(format!("state records an unusable cgroup path {p:?}")));
         }
         let (host, ms) = hierarchy::host()?;
-        Ok(Self::open_with(Path::new(ROOT), recorded.to_string(), per.clone(), systemd, id, host.layout, ms))
+        let cg = Self::open_with(Path::new(ROOT), recorded.to_string(), per.clone(), systemd, id, host.layout, ms);
+        Ok(match only {
+            Some(ctrls) => cg.keep_only(ctrls),
+            None => cg,
+        })
     }
 
     /// The handle on `recorded` in the hierarchies `mounts` under `root`.
@@ -68,6 +79,7 @@ impl Cgroup {
             mounts,
             prepared: Cell::new(false),
             self_joined: Cell::new(false),
+            only: None,
         };
         if layout != Layout::Unified {
             let extra = cg.mounts.iter().filter(|m| m.controllers.is_empty()).map(|m| m.dir.join(cg.rel_in(m)));
@@ -79,7 +91,8 @@ impl Cgroup {
     /// Checks `r` against this host's controllers (for `update`).
     pub(crate) fn check(&self, r: &LinuxResources) -> Result<()> {
         let (host, _) = hierarchy::host()?;
-        check_host(r, &host)
+        check_host(r, &host)?;
+        self.check_only(r, &[])
     }
 }
 
@@ -183,7 +196,7 @@ mod tests {
         for bad in ["", "/", "//", "/a/../b", "../x", "a/.."] {
             assert!(!usable_record(bad), "{bad:?}");
         }
-        let e = Cgroup::open("/", &BTreeMap::new(), false, "ct").err().unwrap().to_string();
+        let e = Cgroup::open("/", &BTreeMap::new(), false, "ct", None).err().unwrap().to_string();
         assert!(e.contains("unusable cgroup path"), "{e}");
     }
 
@@ -229,7 +242,7 @@ mod tests {
     #[test]
     fn a_damaged_per_hierarchy_record_is_refused() {
         let per: BTreeMap<String, String> = [("memory".to_string(), "/a/../b".to_string())].into();
-        let e = Cgroup::open("/ok", &per, false, "ct").err().unwrap().to_string();
+        let e = Cgroup::open("/ok", &per, false, "ct", None).err().unwrap().to_string();
         assert!(e.contains("\"/a/../b\""), "{e}");
     }
 }

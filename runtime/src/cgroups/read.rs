@@ -35,8 +35,9 @@ impl Cgroup {
 
     /// Statistics in runc's `events` shape.
     pub(crate) fn stats(&self) -> Result<StatsData> {
-        // libcgroups' v1 statistics read every hierarchy at one path.
-        let s = if self.split() {
+        // libcgroups' v1 statistics read every hierarchy at one path (and
+        // fail on one the cgroup was kept out of).
+        let s = if self.split() || self.only.is_some() {
             super::apart::stats(|c| self.v1_dir(c))
         } else {
             self.mgr()?.stats().map_err(self.err("read statistics"))?

@@ -62,6 +62,19 @@ pub struct CreateOptions {
     /// made 0700; one that others can write is not used), trusted like the
     /// state root.
     pub seccomp_cache: Option<PathBuf>,
+    /// On a cgroup v1 (or hybrid) host, make and join the container's
+    /// cgroup only in the hierarchies of these controllers (`cpu`,
+    /// `memory`, ...) instead of in every mounted hierarchy as runc does
+    /// (`None`). `pids` and `freezer` are always added: later commands
+    /// list, signal and freeze the container through them. Named
+    /// hierarchies (`name=systemd`) and a hybrid host's cgroup2 mount are
+    /// left out, so there the container stays in the caller's cgroup. A
+    /// limit whose controller is not listed (device rules and
+    /// `linux.devices` need `devices`) is refused. Kept in the state
+    /// record for every later command; no effect on a cgroup v2 host or
+    /// with the systemd driver. Each hierarchy left out is a directory
+    /// less to make, join and remove per container.
+    pub cgroup_v1_controllers: Option<Vec<String>>,
     /// A resident init: once started, init does not exec `process.args`
     /// but stays as the container's pid 1 and runs programs on request
     /// ([`Runtime::agent_spawn`]), each forked from it with every isolation
@@ -189,6 +202,14 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     } else {
         Some(Cgroup::for_create(cgroups_path.as_deref(), id, opts.systemd_cgroup, Some(&resources))?)
     };
+    let cgroup = match (cgroup, &opts.cgroup_v1_controllers) {
+        (Some(cg), Some(only)) => {
+            let cg = cg.keep_only(&crate::cgroups::normalise_v1_controllers(only)?);
+            cg.check_only(&resources, &devices)?;
+            Some(cg)
+        }
+        (cg, _) => cg,
+    };
     // A failed create leaves no cgroup (init is already dead then), and no
     // mount on the host, behind.
     let undo_cgroup = |e: RuntimeError| {
@@ -299,6 +320,7 @@ fn record(
         own_pid_ns: cfg.plan.is_new(LinuxNamespaceType::Pid),
         cgroup_path: cgroup.map(|c| c.recorded().to_string()),
         cgroup_paths: cgroup.map(|c| c.per_hierarchy().clone()).unwrap_or_default(),
+        cgroup_controllers: cgroup.and_then(Cgroup::kept_to).cloned(),
         // A resident init never execs: its start socket, gone once it is
         // started, is all that tells created from running.
         init_exe: if cfg.agent_listener.is_some() { None } else { crate::state::proc_exe(pid.as_raw()) },

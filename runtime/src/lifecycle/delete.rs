@@ -59,7 +59,7 @@ impl Container {
     /// it, then the state), then runs poststop hooks. A failing poststop
     /// hook is a warning (the spec), and `delete` succeeds.
     fn destroy(self) -> Result<()> {
-        let spec = self.config().ok();
+        let hooks = self.config_hooks().ok().flatten();
         let st = self.hook_state("stopped");
         if let Some(cg) = self.cgroup()? {
             cg.destroy()?;
@@ -68,9 +68,7 @@ impl Container {
             crate::rootfs::detach_host_root(rootfs, *id)?;
         }
         self.lock.remove()?;
-        if let Some(spec) = spec {
-            hooks::run_all_warn(&spec, Kind::Poststop, &st);
-        }
+        hooks::run_all_warn(hooks.as_ref(), Kind::Poststop, &st);
         Ok(())
     }
 }

@@ -13,7 +13,8 @@ impl Container {
     /// written before cgroups were managed).
     pub(crate) fn cgroup(&self) -> Result<Option<Cgroup>> {
         let Some(path) = self.rec.cgroup_path.as_deref() else { return Ok(None) };
-        Ok(Some(Cgroup::open(path, &self.rec.cgroup_paths, self.rec.systemd_cgroup, &self.rec.id)?))
+        let only = self.rec.cgroup_controllers.as_deref();
+        Ok(Some(Cgroup::open(path, &self.rec.cgroup_paths, self.rec.systemd_cgroup, &self.rec.id, only)?))
     }
 
     pub(crate) fn cgroup_required(&self) -> Result<Cgroup> {

@@ -21,7 +21,7 @@ impl Container {
                 return Err(RuntimeError::InvalidState("cannot start an already running container".into()))
             }
         }
-        let spec = self.config()?;
+        let hooks = self.config_hooks()?;
         let sock = self.lock.path(START_SOCKET);
         let mut conn =
             crate::state::via_socket(&self.lock.dir, START_SOCKET, |p| UnixStream::connect(p)).map_err(|e| match e
@@ -54,7 +54,7 @@ impl Container {
         // The spec: a failing poststart hook is logged as a warning and
         // the rest of the lifecycle goes on, as if it had succeeded.
         let st = self.hook_state("running");
-        hooks::run_all_warn(&spec, Kind::Poststart, &st);
+        hooks::run_all_warn(hooks.as_ref(), Kind::Poststart, &st);
         Ok(())
     }
 
@@ -63,6 +63,21 @@ impl Container {
         let path = self.lock.path(CONFIG_FILE);
         let bytes = std::fs::read(&path).map_err(|e| RuntimeError::io("read", &path, e))?;
         serde_json::from_slice(&bytes).map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", path.display())))
+    }
+
+    /// The config snapshot's `hooks` alone, all `start` and `delete` need
+    /// of it: the rest is skimmed, not built (a sandbox's config carries a
+    /// seccomp profile of some hundred rules).
+    pub(crate) fn config_hooks(&self) -> Result<Option<oci_spec::runtime::Hooks>> {
+        #[derive(serde::Deserialize)]
+        struct HooksOnly {
+            hooks: Option<oci_spec::runtime::Hooks>,
+        }
+        let path = self.lock.path(CONFIG_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| RuntimeError::io("read", &path, e))?;
+        let h: HooksOnly = serde_json::from_slice(&bytes)
+            .map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", path.display())))?;
+        Ok(h.hooks)
     }
 
     /// The state hooks get, with `status`.

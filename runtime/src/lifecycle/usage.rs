@@ -19,11 +19,7 @@ impl Container {
     /// full stats: cheap enough to call after every run. A container
     /// without a cgroup, or one already removed, reads as zeros.
     pub fn usage(&self) -> Usage {
-        let Some(path) = self.rec.cgroup_path.as_deref() else { return Usage::default() };
-        let Ok(cg) = crate::cgroups::Cgroup::open(path, &self.rec.cgroup_paths, self.rec.systemd_cgroup, &self.rec.id)
-        else {
-            return Usage::default();
-        };
+        let Ok(Some(cg)) = self.cgroup() else { return Usage::default() };
         let (cpu_ns, peak_memory) = cg.usage();
         Usage { cpu_ns, peak_memory, oom_kills: cg.oom_kills() }
     }

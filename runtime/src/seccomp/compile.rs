@@ -171,7 +171,7 @@ pub(super) fn compile(s: &LinuxSeccomp) -> Result<Filter> {
         metadata: s.listener_metadata().clone(),
     });
     let flags = if listener.is_some() { flags | NEW_LISTENER } else { flags };
-    Ok(Filter { program, flags, listener })
+    Ok(Filter { program, flags, listener, shared: None })
 }
 
 /// `flags` as `seccomp(2)` bits, each checked against the kernel. Absent

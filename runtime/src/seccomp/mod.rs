@@ -130,6 +130,9 @@ pub struct Filter {
     program: Vec<libc::sock_filter>,
     flags: u32,
     listener: Option<Listener>,
+    /// The shared cache file holding this very program (see
+    /// [`Filter::from_shared_cache`]), which [`Filter::cache`] links to.
+    shared: Option<std::path::PathBuf>,
 }
 
 impl Filter {
@@ -181,13 +184,16 @@ impl Filter {
     /// the caller's own, or that others can write, is not used.
     pub(crate) fn from_shared_cache(spec: &Spec, dir: &std::path::Path) -> Result<Option<Filter>> {
         let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else { return Ok(None) };
-        let Some(path) = shared_path(s, dir) else { return Filter::compile(s).map(Some) };
-        let hit = std::fs::read(&path).ok().zip(serde_json::to_vec(s).ok());
-        if let Some(f) = hit.and_then(|(bytes, profile)| Filter::from_cache(&bytes, &profile)) {
+        let Ok(profile) = serde_json::to_vec(s) else { return Filter::compile(s).map(Some) };
+        let Some(path) = shared_path(&profile, dir) else { return Filter::compile(s).map(Some) };
+        if let Some(mut f) = std::fs::read(&path).ok().and_then(|bytes| Filter::from_cache(&bytes, &profile)) {
+            f.shared = Some(path);
             return Ok(Some(f));
         }
-        let f = Filter::compile(s)?;
-        f.cache(spec, &path);
+        let mut f = Filter::compile(s)?;
+        if f.listener.is_none() && crate::state::write_atomic(&path, &f.cache_bytes(&profile), 0o600).is_ok() {
+            f.shared = Some(path);
+        }
         Ok(Some(f))
     }
 
@@ -197,6 +203,12 @@ impl Filter {
     pub(crate) fn cache(&self, spec: &Spec, cache: &std::path::Path) {
         let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else { return };
         if self.listener.is_some() {
+            return;
+        }
+        // The shared cache's file is never written in place (a new program
+        // replaces it by rename), so a link keeps this program: no copy, no
+        // new inode.
+        if self.shared.as_ref().is_some_and(|src| std::fs::hard_link(src, cache).is_ok()) {
             return;
         }
         if let Ok(profile) = serde_json::to_vec(s) {
@@ -243,7 +255,7 @@ impl Filter {
                 k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
             })
             .collect();
-        Some(Filter { program, flags: u32::from_ne_bytes(*flags), listener: None })
+        Some(Filter { program, flags: u32::from_ne_bytes(*flags), listener: None, shared: None })
     }
 
     /// The agent to hand the notification fd to (set iff the profile uses
@@ -268,7 +280,7 @@ impl Filter {
 /// Where profile `s` is kept in the shared cache `dir` (made 0700 if
 /// missing), or None if `dir` is not fit to trust: not a directory of the
 /// caller's, or writable by group or others.
-fn shared_path(s: &LinuxSeccomp, dir: &std::path::Path) -> Option<std::path::PathBuf> {
+fn shared_path(profile: &[u8], dir: &std::path::Path) -> Option<std::path::PathBuf> {
     use std::hash::{Hash, Hasher};
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
@@ -279,7 +291,7 @@ fn shared_path(s: &LinuxSeccomp, dir: &std::path::Path) -> Option<std::path::Pat
     // The name only spreads profiles over files; a hit is checked against
     // the whole profile kept in the file.
     let mut h = std::hash::DefaultHasher::new();
-    serde_json::to_vec(s).ok()?.hash(&mut h);
+    profile.hash(&mut h);
     Some(dir.join(format!("{:016x}.bpf", h.finish())))
 }
 

@@ -306,9 +306,40 @@ fn the_shared_cache_is_filled_once_and_refused_when_others_can_write_it() {
         program: vec![libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x7fff_0000 }],
         flags: 0,
         listener: None,
+        shared: None,
     };
     std::fs::write(&files[0], allow_all.cache_bytes(&serde_json::to_vec(s).unwrap())).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let f = Filter::from_shared_cache(&spec, &dir).unwrap().unwrap();
     assert_eq!(insns(&f), insns(&first), "a program from a world-writable cache was used");
+}
+
+#[test]
+fn a_program_from_the_shared_cache_is_kept_for_exec_as_a_link() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let spec: Spec = serde_json::from_value(json!({"ociVersion": "1.1.0", "linux": {"seccomp": {
+        "defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO"}]}}}))
+    .unwrap();
+    let insns = |f: &Filter| f.program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect::<Vec<_>>();
+    // Compiled and added to the cache, then taken from it: both link.
+    for (n, f) in
+        [Filter::from_shared_cache(&spec, &dir), Filter::from_shared_cache(&spec, &dir)].into_iter().enumerate()
+    {
+        let f = f.unwrap().unwrap();
+        let state = tmp.path().join(format!("seccomp-{n}.bpf"));
+        f.cache(&spec, &state);
+        let shared = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+        let ino = |p: &std::path::Path| std::fs::metadata(p).unwrap().ino();
+        assert_eq!(ino(&state), ino(&shared), "call {n}: the state's copy is the shared file");
+        let back = Filter::from_spec_cached(&spec, &state).unwrap().unwrap();
+        assert_eq!(insns(&back), insns(&f));
+    }
+    // Without a shared cache the program is written out as before.
+    let own = Filter::from_spec_cached(&spec, &tmp.path().join("none")).unwrap().unwrap();
+    let state = tmp.path().join("own.bpf");
+    own.cache(&spec, &state);
+    assert_eq!(std::fs::metadata(&state).unwrap().nlink(), 1);
+    assert_eq!(insns(&Filter::from_spec_cached(&spec, &state).unwrap().unwrap()), insns(&own));
 }
