@@ -635,12 +635,17 @@ fn persistent_sandbox_lifecycle() {
     sb.assert_clean("terminate");
 }
 
-/// Idle pool sandboxes of this test: (id, pid) of running, unclaimed ones.
+/// Idle pool sandboxes of this test: ids of running, unclaimed ones. The claims are read before
+/// the list: a used box is killed and then removed with its claim, so read the other way round it
+/// could be seen running (before the kill) and unclaimed (after the removal), and pass for idle
+/// while its refill has not even started.
 fn pool_idle(sb: &Sbx) -> Vec<String> {
+    let state = sb.rt.root().join("sandbox");
+    let unclaimed: Vec<String> =
+        names_in(&state).into_iter().filter(|id| !state.join(id).join("claimed").exists()).collect();
     sb.list()
         .into_iter()
-        .filter(|(id, st, _)| id.starts_with("pool") && st == "running")
-        .filter(|(id, _, _)| !sb.rt.root().join("sandbox").join(id).join("claimed").exists())
+        .filter(|(id, st, _)| id.starts_with("pool") && st == "running" && unclaimed.contains(id))
         .map(|(id, _, _)| id)
         .collect()
 }
@@ -651,6 +656,12 @@ fn tinyrun_procs(sb: &Sbx) -> Vec<i32> {
     let bin = sb.rt.bin.to_string_lossy().into_owned();
     let reaper = |p: i32| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tinyrun-reaper");
     sb.rt.leftovers().into_iter().filter(|p| cmdline(*p).first() == Some(&bin) && !reaper(*p)).collect()
+}
+
+/// `pool list --format json`, as it printed it (for the failure messages).
+fn pool_list(sb: &Sbx) -> String {
+    let o = sb.raw(&["pool", "list", "--format", "json"]);
+    format!("exit {:?}: {}{}", o.code(), o.stdout.trim(), o.stderr.trim())
 }
 
 /// pool fill 2 → run --pool gives the right output (in one of the pool's sandboxes, still
@@ -666,8 +677,9 @@ fn pool_fill_run_refill() {
     let f = sb.raw(&fill);
     let fill_ms = t0.elapsed().as_millis();
     let before = pool_idle(&sb);
+    let listed_before = pool_list(&sb);
     let t1 = Instant::now();
-    let o = sb.run(
+    let (o, oo) = sb.run_json(
         &["--pool"],
         &["sh", "-c", "echo pooled-$((6 * 7)); id -u; grep -E '^(CapEff|NoNewPrivs):' /proc/self/status"],
     );
@@ -685,6 +697,7 @@ fn pool_fill_run_refill() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let refill_ms = t2.elapsed().as_millis();
+    let listed_after = pool_list(&sb);
     let used: Vec<&String> = before.iter().filter(|i| !after.contains(i)).collect();
     let (j, jo) = sb.run_json(&["--pool"], &["python3", "-c", "print(2 + 2)"]);
     wait_for("the second refill", 10, || pool_idle(&sb).len() == 2 && tinyrun_procs(&sb).is_empty());
@@ -694,32 +707,40 @@ fn pool_fill_run_refill() {
         terminated.push((id.clone(), sb.raw(&["terminate", id]).code()));
     }
     let left = sb.list();
+    let stdout = text(&o, "stdout");
     saw(
         "pool",
         format!(
-            "pool fill 2 ({fill_ms} ms): {before:?}; run --pool ({run_ms} ms): exit {:?} stdout {:?}; used {used:?}; \
-             back to {} idle in {refill_ms} ms (refilled={refilled}): {after:?}; run --pool --json: {} stdout {:?}; \
-             terminate all: {terminated:?}; list after: {left:?}",
-            o.code(),
-            o.stdout,
+            "pool fill 2 ({fill_ms} ms): {before:?}; run --pool --json ({run_ms} ms): pool {} {} stdout {stdout:?}; \
+             used {used:?}; back to {} idle in {refill_ms} ms (refilled={refilled}): {after:?}; \
+             run --pool --json: pool {} {} stdout {:?}; terminate all: {terminated:?}; list after: {left:?}",
+            o["pool"],
+            short(&o),
             after.len(),
+            j["pool"],
             short(&j),
             text(&j, "stdout")
         ),
     );
+    // What the pool looked like around the first run, for any failure below (`pool list` is not
+    // run between the run and the refill's wait: it would give the refill a head start).
+    let pools =
+        format!("pool list after fill: {listed_before}\npool list after the refill: {listed_after}\nthe run: {oo}");
     assert!(f.ok(), "{f}");
-    assert_eq!(before.len(), 2, "pool fill 2 made {before:?}\n{f}");
-    assert!(o.ok(), "{o}");
-    let lines: Vec<&str> = o.stdout.lines().collect();
-    assert_eq!(lines.first().copied(), Some("pooled-42"), "{o}");
-    assert_eq!(lines.get(1).copied(), Some("1000"), "uid in a pooled run\n{o}");
-    assert!(o.stdout.contains("CapEff:\t0000000000000000") && o.stdout.contains("NoNewPrivs:\t1"), "{o}");
+    assert_eq!(before.len(), 2, "pool fill 2 made {before:?}\n{f}\n{pools}");
+    assert_eq!(o["pool"].as_str(), Some("hit"), "run --pool right after pool fill 2 took no pool box\n{pools}");
+    assert_eq!(o["exit_code"].as_i64(), Some(0), "{pools}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first().copied(), Some("pooled-42"), "{oo}");
+    assert_eq!(lines.get(1).copied(), Some("1000"), "uid in a pooled run\n{oo}");
+    assert!(stdout.contains("CapEff:\t0000000000000000") && stdout.contains("NoNewPrivs:\t1"), "{oo}");
     assert_eq!(
         used.len(),
         1,
-        "run --pool should have used (and removed) exactly one pool sandbox: before {before:?} after {after:?}"
+        "run --pool should have used (and removed) exactly one pool sandbox: before {before:?} after {after:?}\n{pools}"
     );
-    assert!(refilled, "the pool did not get back to 2 idle within 10 s: {after:?}");
+    assert!(refilled, "the pool did not get back to 2 idle within 10 s: {after:?}\n{pools}");
+    assert_eq!(j["pool"].as_str(), Some("hit"), "the second run --pool\n{jo}");
     assert_eq!((j["exit_code"].as_i64(), text(&j, "stdout").as_str()), (Some(0), "4\n"), "{jo}");
     assert!(terminated.iter().all(|(_, c)| *c == Some(0)), "terminate: {terminated:?}");
     assert!(left.is_empty(), "list after terminating all: {left:?}");

@@ -30,11 +30,28 @@ pub(crate) fn claim_file(root: &Path, id: &str) -> std::path::PathBuf {
 }
 
 fn idle(root: &Path, key: &str) -> Result<Vec<String>> {
+    idle_from(root, key, || super::run::list(root))
+}
+
+/// [`idle`], with `boxes` for the boxes and their status (listed after the
+/// claims were read).
+///
+/// Claims are read first and statuses after. A used box is removed by
+/// killing it and then deleting its state dir, claim included: read the
+/// other way round, such a box could be seen running before the kill and
+/// unclaimed after the delete, and pass for idle (a run would take a box
+/// that is going, and a refill would not replace it). Seen unclaimed and
+/// then running, a box was idle when its claim was read.
+fn idle_from(
+    root: &Path,
+    key: &str,
+    boxes: impl FnOnce() -> Result<Vec<tinyrun::ContainerState>>,
+) -> Result<Vec<String>> {
     let k = format!("{key}-");
-    Ok(super::run::list(root)?
+    let claims = claims(root, |id| id.starts_with(&k));
+    Ok(boxes()?
         .into_iter()
-        .filter(|s| s.id.starts_with(&k) && s.status == tinyrun::Status::Running)
-        .filter(|s| !claim_file(root, &s.id).exists())
+        .filter(|s| s.status == tinyrun::Status::Running && claims.get(&s.id) == Some(&false))
         // One about to reach the end of its idle lifetime may be purged
         // before a claim could be seen: leave it.
         .filter(|s| crate::lifetime::remaining(root, &s.id).is_none_or(|d| d > CLAIM_MARGIN))
@@ -42,7 +59,16 @@ fn idle(root: &Path, key: &str) -> Result<Vec<String>> {
         .collect())
 }
 
-/// See [`idle`].
+/// The boxes (of those `wanted`) whose state dir exists, each with whether
+/// it holds a claim.
+fn claims(root: &Path, wanted: impl Fn(&str) -> bool) -> std::collections::HashMap<String, bool> {
+    let ids: Vec<String> = std::fs::read_dir(root.join("sandbox"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    ids.into_iter().filter(|id| wanted(id)).map(|id| (id.clone(), claim_file(root, &id).exists())).collect()
+}
+
+/// See [`idle_from`].
 const CLAIM_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A box of the pool, as `pool list` shows it.
@@ -67,12 +93,15 @@ pub struct PoolBox {
 /// Every box of the pool.
 pub fn list(root: &Path) -> Result<Vec<PoolBox>> {
     crate::lifetime::reap_expired(root);
+    // Claims before statuses, as in [`idle_from`]: a used box being
+    // removed is never shown idle.
+    let claims = claims(root, |id| id.starts_with(PREFIX));
     let mut out = Vec::new();
     for s in super::run::list(root)?.into_iter().filter(|s| s.id.starts_with(PREFIX)) {
         let key = s.id.rsplit_once('-').map_or(s.id.as_str(), |(k, _)| k).to_string();
         let state = if s.status != tinyrun::Status::Running {
             s.status.to_string()
-        } else if claim_file(root, &s.id).exists() {
+        } else if claims.get(&s.id) == Some(&true) || claim_file(root, &s.id).exists() {
             "in-use".to_string()
         } else {
             "idle".to_string()
@@ -222,4 +251,48 @@ pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: Option<
         sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running(id: &str) -> tinyrun::ContainerState {
+        tinyrun::ContainerState {
+            oci_version: String::new(),
+            id: id.to_string(),
+            pid: 1,
+            status: tinyrun::Status::Running,
+            bundle: Default::default(),
+            rootfs: Default::default(),
+            created: String::new(),
+            annotations: Default::default(),
+            owner: String::new(),
+        }
+    }
+
+    /// A run's used box is killed and then its state dir (claim included)
+    /// removed while another command looks for idle boxes: read running
+    /// before the kill and unclaimed after the removal, it must not count
+    /// as idle.
+    #[test]
+    fn a_used_box_removed_while_looking_is_not_idle() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let (used, free) = ("poolk-used", "poolk-free");
+        for id in [used, free] {
+            std::fs::create_dir_all(root.join("sandbox").join(id)).unwrap();
+        }
+        std::fs::write(claim_file(root, used), "0").unwrap();
+        let idle = idle_from(root, "poolk", || {
+            // Both inits were alive when the statuses were read; the used
+            // box's removal lands right after.
+            std::fs::remove_dir_all(root.join("sandbox").join(used)).unwrap();
+            Ok(vec![running(used), running(free)])
+        })
+        .unwrap();
+        assert_eq!(idle, [free]);
+        // Boxes of another key are never idle for this one.
+        assert!(idle_from(root, "poolz", || Ok(vec![running(free)])).unwrap().is_empty());
+    }
 }
