@@ -30,7 +30,19 @@ pub(crate) fn claim_file(root: &Path, id: &str) -> std::path::PathBuf {
 }
 
 fn idle(root: &Path, key: &str) -> Result<Vec<String>> {
-    idle_from(root, key, || super::run::list(root))
+    crate::lifetime::reap_expired(root);
+    let k = format!("{key}-");
+    idle_from(root, key, || Ok(states(root, |id| id.starts_with(&k))))
+}
+
+/// The states of the boxes whose ids `wanted` takes, each read on its own:
+/// a pool's boxes of one key, not every box of the root with its owner.
+fn states(root: &Path, wanted: impl Fn(&str) -> bool) -> Vec<tinyrun::ContainerState> {
+    let rt = tinyrun::Runtime::new(root.join("sandbox"));
+    let ids: Vec<String> = std::fs::read_dir(rt.root())
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    ids.iter().filter(|id| wanted(id)).filter_map(|id| rt.peek(id).ok().map(|c| c.state())).collect()
 }
 
 /// [`idle`], with `boxes` for the boxes and their status (listed after the
