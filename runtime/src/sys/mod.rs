@@ -124,6 +124,13 @@ pub(crate) fn fork() -> Result<Forked, SysError> {
     }
 }
 
+/// Gives the heap's free pages back to the kernel (`malloc_trim(0)`): a
+/// process that stays long after a burst of work keeps only what it uses.
+pub(crate) fn trim_heap() {
+    // SAFETY: malloc_trim only walks glibc's own arenas; any pad is valid.
+    unsafe { libc::malloc_trim(0) };
+}
+
 /// `pidfd_open(2)`: a handle on a process that can't be confused with a later
 /// process reusing the same pid.
 pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd, SysError> {
