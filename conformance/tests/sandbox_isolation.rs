@@ -413,21 +413,19 @@ fn an_exec_is_confined_and_dies_with_its_caller() {
     assert_eq!(field(s, "Uid"), field(init, "Uid"));
     caller.child.kill().expect("kill the sandbox exec");
     let _ = caller.child.wait();
-    let mut left = sleeps.clone();
-    let gone = {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            left = sleeps
-                .iter()
-                .copied()
-                .filter(|p| Path::new(&format!("/proc/{p}")).exists() && !field(*p, "State").starts_with('Z'))
-                .collect();
-            if left.is_empty() || Instant::now() > deadline {
-                break left.is_empty();
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let left = loop {
+        let left: Vec<i32> = sleeps
+            .iter()
+            .copied()
+            .filter(|p| Path::new(&format!("/proc/{p}")).exists() && !field(*p, "State").starts_with('Z'))
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
         }
+        std::thread::sleep(Duration::from_millis(20));
     };
+    let gone = left.is_empty();
     saw("resident-exec", format!("caller killed; still running after 5 s: {left:?}"));
     assert!(gone, "the command outlived the sandbox exec that started it: {left:?}");
     let again = sb.raw(&["exec", &id, "--", "true"]);
