@@ -14,7 +14,9 @@ const STATE_FILES: &str = "/run/tinyrun (or the directory given with --root): th
      container holding state.json (the record), config.json (the config as it was at create) and, while the \
      container is created, start.sock (what start connects to).";
 
-const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): sandbox/ (the boxes' container state), \
+const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): sandbox/ (the boxes' container state; a \
+     launched box's holds agent.sock, 0600, where its resident init takes the programs exec and run --pool ask \
+     for), \
      sandbox-bundles/ (their bundles and generated roots; a launched box's deadline is sandbox-bundles/ID/expires, \
      in unix milliseconds), sandbox-pool/ (how many pooled boxes to keep and their idle lifetime, per \
      configuration), sandbox-ids/ (the host id ranges in use, one file per box), sandbox-seccomp/ (the compiled \
