@@ -15,7 +15,7 @@ const PREFIX: &str = "pool";
 /// network, root, mounts, env, ...), so a run only takes a box made exactly
 /// as it would make one itself: never one with a looser filter or another
 /// root.
-fn key(o: &SandboxOptions) -> Result<String> {
+pub(crate) fn key(o: &SandboxOptions) -> Result<String> {
     Ok(format!("{PREFIX}{}", super::spec::isolation_digest(o)?))
 }
 
@@ -61,14 +61,17 @@ fn idle_from(
 ) -> Result<Vec<String>> {
     let k = format!("{key}-");
     let claims = claims(root, |id| id.starts_with(&k));
-    Ok(boxes()?
-        .into_iter()
-        .filter(|s| s.status == tinyrun::Status::Running && claims.get(&s.id) == Some(&false))
+    Ok(boxes()?.into_iter().filter(|s| usable(root, s, claims.get(&s.id).copied())).map(|s| s.id).collect())
+}
+
+/// Whether a box, seen in state `s` after its claim (`claimed`: `None` if
+/// its state dir was not there) was read, is idle and may be taken.
+fn usable(root: &Path, s: &tinyrun::ContainerState, claimed: Option<bool>) -> bool {
+    s.status == tinyrun::Status::Running
+        && claimed == Some(false)
         // One about to reach the end of its idle lifetime may be purged
         // before a claim could be seen: leave it.
-        .filter(|s| crate::lifetime::remaining(root, &s.id).is_none_or(|d| d > CLAIM_MARGIN))
-        .map(|s| s.id)
-        .collect())
+        && crate::lifetime::remaining(root, &s.id).is_none_or(|d| d > CLAIM_MARGIN)
 }
 
 /// The boxes (of those `wanted`) whose state dir exists, each with whether
@@ -215,13 +218,29 @@ fn top_up(root: &Path, opts: &SandboxOptions, key: &str, n: usize) -> Result<Vec
 /// Claims one idle sandbox made with these options, if there is one; the
 /// claim holds the run's deadline (`opts.timeout` from now).
 pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
+    take_keyed(root, &key(opts)?, opts.timeout)
+}
+
+/// [`take`] for options whose [`key`] is `key`. Boxes are looked at one by
+/// one, each claimed as soon as it is seen idle: a run needs one box, not
+/// the status of all of them. Claims are still read before statuses (see
+/// [`idle_from`]).
+pub(crate) fn take_keyed(root: &Path, key: &str, timeout: std::time::Duration) -> Result<Option<String>> {
     use std::io::Write;
-    for id in idle(root, &key(opts)?)? {
-        let marker = claim_file(root, &id);
+    crate::lifetime::reap_expired(root);
+    let k = format!("{key}-");
+    let claims = claims(root, |id| id.starts_with(&k));
+    let rt = tinyrun::Runtime::new(root.join("sandbox"));
+    for (id, claimed) in &claims {
+        let Ok(state) = rt.peek(id).map(|c| c.state()) else { continue };
+        if !usable(root, &state, Some(*claimed)) {
+            continue;
+        }
+        let marker = claim_file(root, id);
         if let Ok(mut f) = std::fs::OpenOptions::new().write(true).create_new(true).open(&marker) {
-            f.write_all(crate::lifetime::deadline_ms(opts.timeout).to_string().as_bytes())
+            f.write_all(crate::lifetime::deadline_ms(timeout).to_string().as_bytes())
                 .map_err(|e| Error::io("write", &marker, e))?;
-            return Ok(Some(id));
+            return Ok(Some(id.clone()));
         }
     }
     Ok(None)
@@ -235,8 +254,8 @@ pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
 ///
 /// # Preconditions
 /// The caller is single-threaded (see `sys::fork`).
-pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: Option<&str>) -> Result<()> {
-    let target = key(opts).ok().and_then(|key| target(root, &key).map(|t| (key, t)));
+pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, key: &str, used: Option<&str>) -> Result<()> {
+    let target = target(root, key).map(|t| (key, t));
     if used.is_none() && target.is_none() {
         return Ok(());
     }
@@ -256,7 +275,7 @@ pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, used: Option<
         let refilled = match target {
             Some((key, (n, lifetime))) => {
                 let lifetime = Some(lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME));
-                top_up(root, &SandboxOptions { lifetime, ..opts.clone() }, &key, n)
+                top_up(root, &SandboxOptions { lifetime, ..opts.clone() }, key, n)
             }
             None => Ok(Vec::new()),
         };

@@ -178,10 +178,12 @@ fn writes_into(mut res: SandboxResult, watch: Option<crate::writes::Watch>) -> R
 /// empty), removes it, and starts a detached refill.
 pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) -> Result<SandboxResult> {
     opts.validate()?;
-    let Some(id) = super::pool::take(root, opts)? else {
+    // Computed once: it builds the box's whole spec.
+    let key = super::pool::key(opts)?;
+    let Some(id) = super::pool::take_keyed(root, &key, opts.timeout)? else {
         let mut res = run(root, opts, cmd, capture)?;
         res.pool = Some(PoolUse::Miss);
-        super::pool::recycle_detached(root, opts, None)?;
+        super::pool::recycle_detached(root, opts, &key, None)?;
         return Ok(res);
     };
     let (rt, bundles) = dirs(root);
@@ -198,7 +200,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let result = not_run_as_result(result, capture, started).map(|r| SandboxResult { pool: Some(PoolUse::Hit), ..r });
     // Removing the used box and starting its replacement happen after the
     // caller has its answer: that is the point of a pool.
-    let recycled = super::pool::recycle_detached(root, opts, Some(&id));
+    let recycled = super::pool::recycle_detached(root, opts, &key, Some(&id));
     match (result, recycled) {
         (Ok(r), Ok(())) => Ok(r),
         (Err(e), _) => Err(e),
