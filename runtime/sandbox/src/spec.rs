@@ -129,7 +129,11 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
         Root::Image(src) => (PathBuf::new(), Vec::new(), Some(src.identity()?)),
     };
     let env = image.as_ref().map(|_| Vec::new());
-    let mut spec = spec_json("", &root, opts, &[], mounts, 0, env.as_deref())?;
+    // The seccomp profile is one fixed text: its bytes stand for it below.
+    // Parsed into the spec and written out again, it would be most of the
+    // work of every `run --pool`.
+    let unfiltered = SandboxOptions { no_seccomp: true, ..opts.clone() };
+    let mut spec = spec_json("", &root, &unfiltered, &[], mounts, 0, env.as_deref())?;
     for field in PER_BOX {
         if let Some(v) = spec.pointer_mut(field) {
             *v = Value::Null;
@@ -138,9 +142,12 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
     // cgroupsPath is per box; where it goes is not.
     let egress = opts.egress.as_ref().map(|e| format!("{e:?}"));
     let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback, "image": image, "egress": egress,
-                       "cgroup_parent": opts.cgroup_parent});
+                       "cgroup_parent": opts.cgroup_parent, "seccomp": !opts.no_seccomp});
     let bytes = serde_json::to_vec(&whole).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
-    let sum = Sha256::digest(&bytes);
+    // A JSON object ends where it ends, so the profile after it can't be
+    // mistaken for part of it.
+    let profile = if opts.no_seccomp { "" } else { SECCOMP_PROFILE };
+    let sum = Sha256::new().chain_update(&bytes).chain_update(profile.as_bytes()).finalize();
     Ok(sum.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
