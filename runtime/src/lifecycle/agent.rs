@@ -45,6 +45,8 @@ pub enum AgentExit {
 pub struct AgentProcess {
     conn: BufReader<UnixStream>,
     pid: i32,
+    /// The socket it came through, for errors.
+    path: PathBuf,
 }
 
 impl Runtime {
@@ -55,6 +57,9 @@ impl Runtime {
     /// resident init is [`RuntimeError::InvalidState`], and only that is.
     pub fn agent_spawn(&self, id: &str, cmd: &AgentCommand, stdio: [RawFd; 3]) -> Result<AgentProcess> {
         check_id(id)?;
+        if cmd.args.is_empty() {
+            return Err(RuntimeError::InvalidArgument("a program to run needs args".into()));
+        }
         let dir = self.root().join(id);
         let path = dir.join(AGENT_SOCKET);
         let conn =
@@ -71,9 +76,6 @@ impl Runtime {
             env: cmd.env.clone(),
             cwd: cmd.cwd.as_ref().map(|c| c.to_string_lossy().into_owned()),
         };
-        if req.args.is_empty() {
-            return Err(RuntimeError::InvalidArgument("a program to run needs args".into()));
-        }
         let body = serde_json::to_vec(&req).map_err(|e| RuntimeError::InvalidArgument(format!("request: {e}")))?;
         if body.len() > MAX_REQUEST {
             return Err(RuntimeError::InvalidArgument(format!(
@@ -84,7 +86,7 @@ impl Runtime {
         let len = u32::try_from(body.len()).unwrap_or(u32::MAX).to_le_bytes();
         send_with_fds(&conn, &len, stdio).map_err(|e| RuntimeError::io("send request to", &path, e.into()))?;
         (&conn).write_all(&body).map_err(|e| RuntimeError::io("send request to", &path, e))?;
-        let mut proc = AgentProcess { conn: BufReader::new(conn), pid: 0 };
+        let mut proc = AgentProcess { conn: BufReader::new(conn), pid: 0, path };
         match proc.reply()? {
             Some(Reply::Started { pid }) => {
                 proc.pid = pid;
@@ -93,7 +95,7 @@ impl Runtime {
             Some(Reply::Failed(e)) => Err(RuntimeError::Exec(e)),
             Some(other) => Err(RuntimeError::io(
                 "read from",
-                &path,
+                &proc.path,
                 std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{other:?} before the program started")),
             )),
             None => Err(RuntimeError::NotRunning),
@@ -133,7 +135,7 @@ impl AgentProcess {
             Ok(()) => Ok(()),
             // Init is gone, and the program with it.
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            Err(e) => Err(RuntimeError::io("write to", "the resident init", e)),
+            Err(e) => Err(RuntimeError::io("write to", &self.path, e)),
         }
     }
 
@@ -153,12 +155,12 @@ impl AgentProcess {
     /// The next line from init; `None` at the end of the connection.
     fn reply(&mut self) -> Result<Option<Reply>> {
         let mut line = String::new();
-        let n = self.conn.read_line(&mut line).map_err(|e| RuntimeError::io("read from", "the resident init", e))?;
+        let n = self.conn.read_line(&mut line).map_err(|e| RuntimeError::io("read from", &self.path, e))?;
         if n == 0 {
             return Ok(None);
         }
         serde_json::from_str(&line).map(Some).map_err(|e| {
-            RuntimeError::io("read from", "the resident init", std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            RuntimeError::io("read from", &self.path, std::io::Error::new(std::io::ErrorKind::InvalidData, e))
         })
     }
 }
