@@ -27,6 +27,7 @@ mod seccomp;
 pub mod spec;
 mod state;
 mod sys;
+pub mod tree;
 mod tty;
 mod user;
 mod warn;
@@ -40,6 +41,7 @@ pub use lifecycle::{
 };
 pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;
+pub use process::title::conceal_cmdline;
 pub use rlimits::raise_nofile;
 pub use seccomp::Filter as SeccompFilter;
 pub use warn::set_warning_sink;

@@ -25,9 +25,8 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag};
 
 use crate::error::{Error, Result};
-use crate::fsat;
 use crate::storage::{self, BoxFs};
-use crate::sys;
+use tinyrun::tree;
 
 /// The default cap on the bytes of one copy (or of all `--copy-in`s of a
 /// box together).
@@ -54,7 +53,7 @@ impl std::str::FromStr for CopyIn {
         if src.is_empty() || !dst.starts_with('/') {
             return Err(bad("the box path must be absolute"));
         }
-        fsat::split(Path::new(dst)).map_err(|e| bad(&e))?;
+        tree::split(Path::new(dst)).map_err(|e| bad(&e))?;
         Ok(CopyIn { src: src.into(), dst: dst.into() })
     }
 }
@@ -158,15 +157,15 @@ pub(crate) fn copy_ins(bundle: &Path, copy_ins: &[CopyIn], limit: u64) -> Result
 fn into_box(fs: &BoxFs, src: &Path, dst: &Path, budget: &mut Budget, parents: bool) -> Result<u64> {
     let meta = std::fs::metadata(src).map_err(|e| Error::io("copy", src, e))?;
     prescan(src, &meta, budget)?;
-    let (parent, name) = fsat::split(dst).map_err(|e| Error::Copy(format!("box path {e}")))?;
+    let (parent, name) = tree::split(dst).map_err(|e| Error::Copy(format!("box path {e}")))?;
     fs.check(dst)?;
-    let pfd = if parents { fs.tree.dir_all(&parent, fs.user) } else { fs.tree.dir(&parent) }
-        .map_err(box_err("copy to", dst))?;
-    let existing = fsat::lstat_at(&pfd, &name).ok().map(|st| fsat::kind(&st));
+    let pfd = if parents { fs.tree.mkdir_all_owned(&parent, 0o755, fs.user) } else { fs.tree.dir(&parent) }
+        .map_err(|e| box_err("copy to", dst)(e.errno))?;
+    let existing = tree::lstat_at(&pfd, &name).ok().map(|st| tree::kind(&st));
     let mut w = Writer { user: fs.user, copied: 0 };
     match (existing, meta.is_dir()) {
         (Some(SFlag::S_IFDIR), false) => {
-            let dir = fsat::subdir(&pfd, &name).map_err(box_err("copy to", dst))?;
+            let dir = tree::subdir(&pfd, &name).map_err(box_err("copy to", dst))?;
             let base = src.file_name().ok_or_else(|| Error::Copy(format!("{} has no file name", src.display())))?;
             w.put(src, &meta, &dir, base)?;
         }
@@ -210,12 +209,12 @@ impl Writer {
             }
             return Ok(());
         }
-        let tmp = fsat::temp_name(name);
+        let tmp = tree::temp_name(name);
         let made = if ft.is_symlink() {
             let target = std::fs::read_link(src).map_err(|e| Error::io("readlink", src, e))?;
             nix::unistd::symlinkat(&target, Some(dir.as_raw_fd()), tmp.as_os_str())
                 .map_err(|e| Error::io("copy to the box", src, e.into()))
-                .and_then(|()| fsat::chown_at(dir, &tmp, self.user).map_err(|e| Error::io("chown", src, e.into())))
+                .and_then(|()| tree::chown_at(dir, &tmp, self.user).map_err(|e| Error::io("chown", src, e.into())))
         } else if ft.is_file() {
             self.file_at(src, meta.len(), dir, &tmp, perm)
         } else {
@@ -226,17 +225,17 @@ impl Writer {
                 .map_err(|e| Error::Copy(format!("put {} in the box: {e}", src.display())))
         });
         if placed.is_err() {
-            let _ = fsat::remove_at(dir, &tmp);
+            let _ = tree::remove_at(dir, &tmp);
         }
         placed
     }
 
     /// An existing directory of the box (never a symlink), or a new one.
     fn dir_at(&self, dir: &OwnedFd, name: &OsStr, perm: Mode, src: &Path) -> Result<OwnedFd> {
-        match fsat::lstat_at(dir, name) {
+        match tree::lstat_at(dir, name) {
             // Merged into, and made the box user's like the rest of the copy.
-            Ok(st) if fsat::kind(&st) == SFlag::S_IFDIR => {
-                let sub = fsat::subdir(dir, name).map_err(|e| Error::Copy(format!("copy {}: {e}", src.display())))?;
+            Ok(st) if tree::kind(&st) == SFlag::S_IFDIR => {
+                let sub = tree::subdir(dir, name).map_err(|e| Error::Copy(format!("copy {}: {e}", src.display())))?;
                 let (uid, gid) = self.user;
                 nix::unistd::fchown(sub.as_raw_fd(), Some(uid.into()), Some(gid.into()))
                     .map_err(|e| Error::io("chown", src, e.into()))?;
@@ -245,21 +244,20 @@ impl Writer {
             }
             found => {
                 if found.is_ok() {
-                    fsat::remove_at(dir, name).map_err(|e| Error::io("replace in the box", src, e.into()))?;
+                    tree::remove_at(dir, name).map_err(|e| Error::io("replace in the box", src, e.into()))?;
                 }
                 nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, perm)
                     .map_err(|e| Error::io("create in the box", src, e.into()))?;
-                fsat::chown_at(dir, name, self.user).map_err(|e| Error::io("chown", src, e.into()))?;
+                tree::chown_at(dir, name, self.user).map_err(|e| Error::io("chown", src, e.into()))?;
             }
         }
-        fsat::subdir(dir, name).map_err(|e| Error::Copy(format!("copy {}: {e}", src.display())))
+        tree::subdir(dir, name).map_err(|e| Error::Copy(format!("copy {}: {e}", src.display())))
     }
 
     fn file_at(&mut self, src: &Path, len: u64, dir: &OwnedFd, tmp: &OsString, perm: Mode) -> Result<()> {
         let mut from = std::fs::File::open(src).map_err(|e| Error::io("open", src, e))?;
         let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW;
-        let fd = sys::openat(dir.as_raw_fd(), Path::new(tmp), flags, Mode::from_bits_truncate(0o600))
-            .map_err(|e| Error::io("create in the box", src, e.into()))?;
+        let fd = tree::open_at(dir, tmp, flags, 0o600).map_err(|e| Error::io("create in the box", src, e.into()))?;
         let mut to = std::fs::File::from(fd);
         // At most what the caps were checked against, even if it grew.
         let n = std::io::copy(&mut (&mut from).take(len), &mut to).map_err(|e| Error::io("copy", src, e))?;
@@ -274,19 +272,19 @@ impl Writer {
 /// Box `src` to host `dst` (into it, if it is a directory). The copy is
 /// made under a temporary name and renamed into place when complete.
 fn out_of_box(fs: &BoxFs, src: &Path, dst: &Path, budget: &mut Budget) -> Result<u64> {
-    let (parent, name) = fsat::split(src).map_err(|e| Error::Copy(format!("box path {e}")))?;
+    let (parent, name) = tree::split(src).map_err(|e| Error::Copy(format!("box path {e}")))?;
     fs.check(src)?;
-    let pfd = fs.tree.dir(&parent).map_err(box_err("copy from", src))?;
-    let st = fsat::lstat_at(&pfd, &name).map_err(box_err("copy from", src))?;
+    let pfd = fs.tree.dir(&parent).map_err(|e| box_err("copy from", src)(e.errno))?;
+    let st = tree::lstat_at(&pfd, &name).map_err(box_err("copy from", src))?;
     let target = if dst.is_dir() { dst.join(&name) } else { dst.to_path_buf() };
     if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
         return Err(Error::Copy(format!("{} exists and is a directory", target.display())));
     }
     let host_parent = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = host_parent.join(fsat::temp_name(&name));
+    let tmp = host_parent.join(tree::temp_name(&name));
     let mut r = Reader { budget, copied: 0 };
     let done = r
-        .get(&pfd, &name, fsat::kind(&st), &tmp, true)
+        .get(&pfd, &name, tree::kind(&st), &tmp, true)
         .and_then(|()| std::fs::rename(&tmp, &target).map_err(|e| Error::io("rename", &target, e)));
     if done.is_err() {
         let _ = std::fs::remove_dir_all(&tmp).or_else(|_| std::fs::remove_file(&tmp));
@@ -311,12 +309,12 @@ impl Reader<'_> {
             }
             SFlag::S_IFREG => self.file(dir, name, to),
             SFlag::S_IFDIR => {
-                let sub = fsat::subdir(dir, name).map_err(|e| Error::io("open in the box", to, e.into()))?;
+                let sub = tree::subdir(dir, name).map_err(|e| Error::io("open in the box", to, e.into()))?;
                 let st = nix::sys::stat::fstat(sub.as_raw_fd()).map_err(|e| Error::io("stat", to, e.into()))?;
                 std::fs::create_dir(to).map_err(|e| Error::io("create", to, e))?;
-                for child in fsat::entries(&sub).map_err(|e| Error::io("list in the box", to, e.into()))? {
-                    let Ok(cst) = fsat::lstat_at(&sub, &child) else { continue };
-                    self.get(&sub, &child, fsat::kind(&cst), &to.join(&child), false)?;
+                for child in tree::entries(&sub).map_err(|e| Error::io("list in the box", to, e.into()))? {
+                    let Ok(cst) = tree::lstat_at(&sub, &child) else { continue };
+                    self.get(&sub, &child, tree::kind(&cst), &to.join(&child), false)?;
                 }
                 let perm = std::fs::Permissions::from_mode(st.st_mode & 0o777);
                 std::fs::set_permissions(to, perm).map_err(|e| Error::io("chmod", to, e))
@@ -329,8 +327,7 @@ impl Reader<'_> {
 
     fn file(&mut self, dir: &OwnedFd, name: &OsStr, to: &Path) -> Result<()> {
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
-        let fd = sys::openat(dir.as_raw_fd(), Path::new(name), flags, Mode::empty())
-            .map_err(|e| Error::io("open in the box", to, e.into()))?;
+        let fd = tree::open_at(dir, name, flags, 0).map_err(|e| Error::io("open in the box", to, e.into()))?;
         let mut from = std::fs::File::from(fd);
         let st = from.metadata().map_err(|e| Error::io("stat", to, e))?;
         if !st.is_file() {
@@ -362,7 +359,7 @@ impl BoxFs {
         if self.whole_root {
             return Ok(());
         }
-        let first = fsat::components(p).ok().and_then(|c| c.first().cloned());
+        let first = tree::components(p).ok().and_then(|c| c.first().cloned());
         match first.as_deref().and_then(OsStr::to_str) {
             Some("work" | "tmp") => Ok(()),
             _ => Err(Error::Copy(format!(

@@ -110,5 +110,11 @@ impl Error {
     }
 }
 
+impl From<tinyrun::SysError> for Error {
+    fn from(e: tinyrun::SysError) -> Self {
+        Error::Runtime(e.into())
+    }
+}
+
 /// The sandbox's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

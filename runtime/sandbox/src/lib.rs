@@ -16,7 +16,6 @@
 
 mod copy;
 mod error;
-mod fsat;
 mod ids;
 mod image;
 mod lifetime;

@@ -32,9 +32,9 @@ use nix::mount::{MntFlags, MsFlags};
 use nix::sys::stat::{Mode, SFlag};
 
 use crate::error::{Error, Result};
-use crate::fsat::{self, Tree};
 use crate::image::Prepared;
 use crate::spec::SANDBOX_UID;
+use tinyrun::tree::{self, Tree};
 
 /// The tmpfs under a box's bundle dir.
 pub(crate) const SCRATCH: &str = "scratch";
@@ -125,7 +125,7 @@ pub(crate) fn mount_image(dir: &Path, img: &Prepared, base: u32) -> Result<PathB
     )
     .map_err(mount_error("mount image overlay on", &rootfs))?;
     private(&rootfs)?;
-    let tree = Tree::open(&rootfs)?;
+    let tree = Tree::open_one_mount(&rootfs)?;
     writable_dir(&tree, "work", (base + SANDBOX_UID, base + SANDBOX_UID), 0o755)?;
     writable_dir(&tree, "tmp", (base, base), 0o1777)?;
     Ok(rootfs)
@@ -158,17 +158,17 @@ fn overlay_options(lowers: &[PathBuf], upper: &Path, work: &Path) -> Result<Stri
 /// layer, so the image is untouched); anything else by that name in the
 /// image is an error.
 fn writable_dir(tree: &Tree, name: &str, (uid, gid): (u32, u32), mode: u32) -> Result<()> {
-    let root = tree.root_fd();
+    let root = tree.fd();
     let n = OsStr::new(name);
-    let at = || tree.host.join(name);
-    match fsat::lstat_at(root, n) {
-        Ok(st) if fsat::kind(&st) == SFlag::S_IFDIR => {}
+    let at = || tree.path().join(name);
+    match tree::lstat_at(&root, n) {
+        Ok(st) if tree::kind(&st) == SFlag::S_IFDIR => {}
         Ok(_) => return Err(Error::Image(format!("the image's /{name} is not a directory"))),
         Err(Errno::ENOENT) => nix::sys::stat::mkdirat(Some(root.as_raw_fd()), n, Mode::from_bits_truncate(0o700))
             .map_err(|e| Error::io("create", at(), e.into()))?,
         Err(e) => return Err(Error::io("stat", at(), e.into())),
     }
-    let d = fsat::subdir(root, n).map_err(|e| Error::io("open", at(), e.into()))?;
+    let d = tree::subdir(&root, n).map_err(|e| Error::io("open", at(), e.into()))?;
     nix::unistd::fchown(d.as_raw_fd(), Some(uid.into()), Some(gid.into()))
         .map_err(|e| Error::io("chown", at(), e.into()))?;
     nix::sys::stat::fchmod(d.as_raw_fd(), Mode::from_bits_truncate(mode))
@@ -271,7 +271,7 @@ pub(crate) fn open_box(dir: &Path) -> Result<BoxFs> {
         return Err(Error::InvalidState(format!("{} has no sandbox storage", dir.display())));
     }
     let whole_root = scratch.join(UPPER).is_dir();
-    let tree = Tree::open(&if whole_root { dir.join("rootfs") } else { scratch })?;
+    let tree = Tree::open_one_mount(&if whole_root { dir.join("rootfs") } else { scratch })?;
     let base = host_base(dir)?;
     Ok(BoxFs { tree, user: (base + SANDBOX_UID, base + SANDBOX_UID), whole_root })
 }

@@ -1,16 +1,13 @@
 //! The system calls the sandbox makes itself that neither std nor nix
-//! offers safely: `fork`, `pidfd_open`, `_exit`, `openat`/`openat2` as owned
-//! fds, `fsetxattr`, and for tests an `ioctl` whose request is wider than
-//! the kernel's 32 bits. Everything else goes through the runtime's API, std
-//! or nix.
+//! offers safely: `fork`, `pidfd_open`, `_exit`, `fsetxattr`, and for
+//! tests an `ioctl` whose request is wider than the kernel's 32 bits. File
+//! operations in hostile trees go through the runtime's `tinyrun::tree`;
+//! everything else through the runtime's API, std or nix.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::Mode;
 use nix::unistd::Pid;
 
 /// Which side of a fork this is.
@@ -77,28 +74,6 @@ pub(crate) fn raw_ioctl(fd: RawFd, request: u64, buf: &mut [u8; 256]) -> i64 {
 pub(crate) fn exit_child(code: i32) -> ! {
     // SAFETY: _exit is async-signal-safe and never returns.
     unsafe { libc::_exit(code) }
-}
-
-/// `openat(dirfd, path)` with O_CLOEXEC, as an owned fd.
-pub(crate) fn openat(dirfd: RawFd, path: &Path, flags: OFlag, mode: Mode) -> Result<OwnedFd, Errno> {
-    let fd = nix::fcntl::openat(Some(dirfd), path, flags | OFlag::O_CLOEXEC, mode)?;
-    // SAFETY: a fresh fd from the kernel that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// `openat2(dirfd, path)` with O_CLOEXEC and `resolve`, as an owned fd.
-/// EAGAIN (a rename raced an in-root walk) is retried a few times.
-pub(crate) fn openat2(dirfd: RawFd, path: &Path, flags: OFlag, resolve: ResolveFlag) -> Result<OwnedFd, Errno> {
-    let mut tries = 0;
-    loop {
-        let how = OpenHow::new().flags(flags | OFlag::O_CLOEXEC).resolve(resolve);
-        match nix::fcntl::openat2(dirfd, path, how) {
-            // SAFETY: a fresh fd from the kernel that nothing else owns.
-            Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
-            Err(Errno::EAGAIN | Errno::EINTR) if tries < 16 => tries += 1,
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// `fsetxattr(fd, name, value, 0)`.

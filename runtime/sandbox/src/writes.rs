@@ -13,8 +13,8 @@ use nix::sys::stat::SFlag;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::fsat;
 use crate::storage::{self, BoxFs};
+use tinyrun::tree;
 
 /// Most entries scanned, and most files listed.
 const MAX_SCANNED: usize = 200_000;
@@ -96,7 +96,7 @@ impl Watch {
 
 fn scan(fs: &BoxFs, dir: &Path) -> Result<Scan> {
     let mut s = Scan::default();
-    let fd = match fs.tree.dir(dir) {
+    let fd = match fs.tree.dir(dir).map_err(|e| e.errno) {
         Ok(fd) => fd,
         // Not there (yet): nothing in it.
         Err(nix::errno::Errno::ENOENT) => return Ok(s),
@@ -109,17 +109,17 @@ fn scan(fs: &BoxFs, dir: &Path) -> Result<Scan> {
 /// Records the files and symlinks under `dir`; what vanishes or can't be
 /// opened mid-walk (the box may still be changing it) is left out.
 fn walk(dir: &OwnedFd, at: &Path, depth: usize, s: &mut Scan) {
-    let Ok(names) = fsat::entries(dir) else { return };
+    let Ok(names) = tree::entries(dir) else { return };
     for name in names {
         if s.files.len() >= MAX_SCANNED || depth >= MAX_DEPTH {
             s.truncated = true;
             return;
         }
-        let Ok(st) = fsat::lstat_at(dir, &name) else { continue };
+        let Ok(st) = tree::lstat_at(dir, &name) else { continue };
         let path = at.join(&name);
-        match fsat::kind(&st) {
+        match tree::kind(&st) {
             SFlag::S_IFDIR => {
-                if let Ok(sub) = fsat::subdir(dir, &name) {
+                if let Ok(sub) = tree::subdir(dir, &name) {
                     walk(&sub, &path, depth + 1, s);
                 }
             }

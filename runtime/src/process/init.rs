@@ -36,8 +36,8 @@ use crate::error::InitError;
 use crate::hooks::{self, Kind};
 use crate::namespaces::{self, Plan};
 use crate::rootfs;
-use crate::rootfs::Root;
 use crate::sys::{self, Forked};
+use crate::tree::Tree;
 
 /// Everything init needs, built by the runtime before cloning.
 pub(crate) struct InitConfig<'a> {
@@ -106,7 +106,8 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     if cfg.agent_listener.is_some() {
         // Still the host's root, with the host's /proc: later, our own
         // /proc/self/mem belongs to a user the container doesn't map.
-        super::resident::conceal_cmdline()?;
+        super::title::conceal_cmdline(c"tinyrun-init")
+            .map_err(|e| InitError::other("conceal the runtime's command line", e.to_string()))?;
     }
     if cfg.maps_dumpable && cfg.plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
         maps_while_dumpable(chan, Msg::Go)?;
@@ -176,7 +177,7 @@ fn set_up_namespaces(cfg: &InitConfig) -> Step {
 
 /// Step 4. The cgroup namespace is made only once the runtime says init
 /// is in its cgroup (`Joined`), and as late as the first cgroup mount.
-fn build_rootfs(cfg: &InitConfig, chan: &Channel) -> Result<Root, InitError> {
+fn build_rootfs(cfg: &InitConfig, chan: &Channel) -> Result<Tree, InitError> {
     let plan = cfg.plan;
     let opts = rootfs::Options {
         spec: cfg.spec,

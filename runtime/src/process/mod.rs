@@ -9,6 +9,7 @@ pub(crate) mod launch;
 pub(crate) mod program;
 pub(crate) mod resident;
 pub(crate) mod sync;
+pub(crate) mod title;
 
 /// Refuses to go on in a multi-threaded process. Every operation that
 /// clones (create, run, exec) calls this first: the child of a clone gets

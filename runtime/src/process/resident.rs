@@ -150,40 +150,6 @@ pub(crate) fn serve(listener: &OwnedFd, p: &ProcessConfig) -> InitError {
     }
 }
 
-/// What the container sees as pid 1's command line (and, cut to 15
-/// bytes, its name).
-const TITLE: &[u8] = b"tinyrun-init";
-
-/// Overwrites our command line, which is the caller's (`tinyrun --root
-/// ... sandbox launch --env ...`): unlike our environment and memory it
-/// stays readable from inside the container, in /proc/1/cmdline. Done
-/// through /proc/self/mem (prctl(PR_SET_MM) would need CAP_SYS_RESOURCE),
-/// first thing in init: the file is then still ours to open.
-pub(crate) fn conceal_cmdline() -> Result<(), InitError> {
-    use std::os::unix::fs::FileExt;
-    let fail = |why: String| InitError::other("conceal the runtime's command line", why);
-    let stat = std::fs::read_to_string("/proc/self/stat").map_err(|e| fail(format!("/proc/self/stat: {e}")))?;
-    // Fields 48 and 49, arg_start and arg_end, counted after the command
-    // name (field 2), which is in parentheses and may hold anything.
-    let mut after = stat.get(stat.rfind(')').unwrap_or(0) + 1..).unwrap_or_default().split_whitespace().skip(45);
-    let mut field = || after.next().and_then(|f| f.parse::<u64>().ok());
-    let (Some(start), Some(end)) = (field(), field()) else {
-        return Err(fail("no arg_start and arg_end in /proc/self/stat".into()));
-    };
-    let len = usize::try_from(end.saturating_sub(start)).map_err(|e| fail(e.to_string()))?;
-    let mut title = vec![0u8; len];
-    let n = TITLE.len().min(len.saturating_sub(1));
-    if let (Some(dst), Some(src)) = (title.get_mut(..n), TITLE.get(..n)) {
-        dst.copy_from_slice(src);
-    }
-    nix::sys::prctl::set_name(c"tinyrun-init").map_err(|e| fail(format!("PR_SET_NAME: {e}")))?;
-    let mem = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/proc/self/mem")
-        .map_err(|e| fail(format!("open /proc/self/mem: {e}")))?;
-    mem.write_all_at(&title, start).map_err(|e| fail(format!("write /proc/self/mem: {e}")))
-}
-
 /// Collects every child that ended (orphans of the container included: we
 /// are its pid 1) and tells the callers waiting for theirs.
 fn reap(running: &mut Vec<Running>) {
@@ -397,15 +363,5 @@ mod tests {
         assert!(t.elapsed() < std::time::Duration::from_secs(5), "waited {:?}", t.elapsed());
         assert!(e.contains("read the request"), "{e}");
         drop(a);
-    }
-
-    #[test]
-    fn the_command_line_is_overwritten() {
-        // This test process's own command line: nothing else reads it.
-        super::conceal_cmdline().unwrap();
-        let cmdline = std::fs::read("/proc/self/cmdline").unwrap();
-        let shown: Vec<u8> = cmdline.iter().copied().take_while(|b| *b != 0).collect();
-        assert_eq!(shown, super::TITLE);
-        assert!(cmdline.iter().skip(super::TITLE.len()).all(|b| *b == 0), "{cmdline:?}");
     }
 }

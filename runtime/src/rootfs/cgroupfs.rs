@@ -12,15 +12,15 @@ use std::path::Path;
 use nix::mount::MsFlags;
 
 use super::options::MountOptions;
-use super::root::Root;
 use super::{Options, Result};
 use crate::cgroups::Mount as Hierarchy;
 use crate::error::InitError;
 use crate::sys::fs::{fd_path, read_proc};
+use crate::tree::Tree;
 
 const CGROUP2_SUPER_MAGIC: i64 = 0x63677270;
 
-pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Options) -> Result<()> {
+pub(super) fn mount_cgroup(root: &Tree, dest: &Path, opts: &MountOptions, o: &Options) -> Result<()> {
     let unified = nix::sys::statfs::statfs("/sys/fs/cgroup")
         .map(|s| s.filesystem_type().0 == CGROUP2_SUPER_MAGIC)
         .unwrap_or(false);
@@ -81,12 +81,12 @@ pub(super) fn mount_cgroup(root: &Root, dest: &Path, opts: &MountOptions, o: &Op
     Ok(())
 }
 
-fn reopen(root: &Root, dest: &Path) -> Result<std::os::fd::OwnedFd> {
+fn reopen(root: &Tree, dest: &Path) -> Result<std::os::fd::OwnedFd> {
     let fd = root.open_in(dest, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY)?;
     crate::sys::fs::reopen_dir(&fd).map_err(|e| InitError::path("open", dest, e))
 }
 
-fn bind_host(o: &Options, root: &Root, dest: &Path, host_mount: &str, sub: &str, flags: MsFlags) -> Result<()> {
+fn bind_host(o: &Options, root: &Tree, dest: &Path, host_mount: &str, sub: &str, flags: MsFlags) -> Result<()> {
     let src = format!("{host_mount}{sub}");
     let fd = root.mkdir_all(dest, 0o755)?;
     let shown = dest.to_string_lossy();

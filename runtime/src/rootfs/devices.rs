@@ -11,11 +11,11 @@ use nix::sys::stat::{makedev, Mode, SFlag};
 use oci_spec::runtime::LinuxDeviceType;
 
 use super::kernel::Kernel;
-use super::root::Root;
 use super::{Options, Result};
 use crate::devices::DEFAULT_DEVICES as DEFAULTS;
 use crate::error::InitError;
 use crate::sys::fs::{fd_path, reopen_dir};
+use crate::tree::Tree;
 
 struct Node {
     path: String,
@@ -35,7 +35,7 @@ const LINKS: [(&str, &str); 5] = [
     ("ptmx", "pts/ptmx"),
 ];
 
-pub(super) fn populate(root: &Root, o: &Options) -> Result<()> {
+pub(super) fn populate(root: &Tree, o: &Options) -> Result<()> {
     let mut nodes: Vec<Node> = DEFAULTS
         .iter()
         .map(|(n, major, minor)| Node {
@@ -89,7 +89,7 @@ fn bad_device(path: &Path, why: String) -> InitError {
     InitError::other(format!("device {}", path.display()), why).field("linux.devices")
 }
 
-fn make_node(k: &dyn Kernel, root: &Root, n: &Node, in_user_ns: bool) -> Result<()> {
+fn make_node(k: &dyn Kernel, root: &Tree, n: &Node, in_user_ns: bool) -> Result<()> {
     let path = Path::new(&n.path);
     // The spec wants the real device here; an image's symlink (or file) in
     // its place must not be kept, or followed to the host.

@@ -3,7 +3,7 @@
 //! readonlyPaths, rootfsPropagation").
 //!
 //! Every destination is resolved inside the rootfs by fd (see
-//! [`crate::sys::fs`]), so a symlink in the image can't send a mount, a
+//! [`crate::tree`]), so a symlink in the image can't send a mount, a
 //! device node or a write out to the host.
 
 mod cgroupfs;
@@ -14,7 +14,6 @@ mod kernel;
 mod mounts;
 pub(crate) mod options;
 mod paths;
-pub(crate) mod root;
 #[cfg(test)]
 mod tests;
 
@@ -25,9 +24,9 @@ use nix::mount::MsFlags;
 use oci_spec::runtime::Spec;
 
 use crate::error::InitError;
+pub(crate) use crate::tree::Tree;
 pub(crate) use kernel::{Kernel, Real};
 use options::propagation_flag;
-pub(crate) use root::Root;
 
 /// Init-side failure, naming the step, its object and the errno.
 pub(crate) type Result<T> = std::result::Result<T, InitError>;
@@ -57,7 +56,7 @@ pub(crate) struct Options<'a> {
 /// `in_cgroup` is called (by then init must be in its final cgroup, with its
 /// cgroup namespace made) before the first cgroup mount, and in any case
 /// before returning.
-pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) -> Result<Root> {
+pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) -> Result<Tree> {
     let linux = o.spec.linux().as_ref();
     let prop = linux.and_then(|l| l.rootfs_propagation().as_deref()).filter(|p| !p.is_empty());
     // Nothing mounted from here on may leak back to the host: every mount we
@@ -85,7 +84,7 @@ pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) ->
         // is cut off from the host's peers, both ways.
         k.mount_at(None, rootfs, None, MsFlags::MS_PRIVATE | MsFlags::MS_REC, None, rootfs)?;
     }
-    let root = Root::open(o.rootfs)?;
+    let root = Tree::open(o.rootfs)?;
 
     let mut dev_is_bind = false;
     for m in o.spec.mounts().as_deref().unwrap_or(&[]) {
@@ -105,7 +104,7 @@ pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) ->
 }
 
 /// Writes `linux.sysctl` through the container's own /proc.
-pub(crate) fn apply_sysctl(root: &Root, spec: &Spec) -> Result<()> {
+pub(crate) fn apply_sysctl(root: &Tree, spec: &Spec) -> Result<()> {
     let Some(sysctl) = spec.linux().as_ref().and_then(|l| l.sysctl().as_ref()) else { return Ok(()) };
     for (k, v) in sysctl {
         let path = Path::new("/proc/sys").join(k.replace('.', "/"));
@@ -124,7 +123,7 @@ pub(crate) fn apply_sysctl(root: &Root, spec: &Spec) -> Result<()> {
 }
 
 /// readonlyPaths, then maskedPaths (runtime-spec order).
-pub(crate) fn protect_paths(k: &dyn Kernel, root: &Root, spec: &Spec) -> Result<()> {
+pub(crate) fn protect_paths(k: &dyn Kernel, root: &Tree, spec: &Spec) -> Result<()> {
     let Some(linux) = spec.linux().as_ref() else { return Ok(()) };
     for p in linux.readonly_paths().as_deref().unwrap_or(&[]) {
         paths::make_readonly(k, root, Path::new(p))?;
@@ -139,7 +138,7 @@ pub(crate) fn protect_paths(k: &dyn Kernel, root: &Root, spec: &Spec) -> Result<
 /// or, with `no_pivot`, MS_MOVE + chroot (for roots on a ramfs).
 /// Without a mount namespace of the container's own (`own_mount_ns`
 /// false), chroot only: the host's root must stay where it is.
-pub(crate) fn enter(k: &dyn Kernel, root: Root, spec: &Spec, no_pivot: bool, own_mount_ns: bool) -> Result<()> {
+pub(crate) fn enter(k: &dyn Kernel, root: Tree, spec: &Spec, no_pivot: bool, own_mount_ns: bool) -> Result<()> {
     let rootfs = root.describe(Path::new("/"));
     let dir = crate::sys::fs::reopen_dir(&root_fd(&root)?).map_err(|e| InitError::path("open", &rootfs, e))?;
     k.fchdir(dir.as_fd()).map_err(|e| InitError::path("chdir", &rootfs, e))?;
@@ -178,7 +177,7 @@ pub(crate) fn enter(k: &dyn Kernel, root: Root, spec: &Spec, no_pivot: bool, own
     Ok(())
 }
 
-fn root_fd(root: &Root) -> Result<std::os::fd::OwnedFd> {
+fn root_fd(root: &Tree) -> Result<std::os::fd::OwnedFd> {
     root.fd()
         .try_clone_to_owned()
         .map_err(|e| InitError::path("dup fd of", root.describe(Path::new("/")), crate::sys::io_errno(&e)))
@@ -237,7 +236,7 @@ pub(crate) fn detach_host_root(rootfs: &Path, mount_id: u64) -> std::result::Res
 
 /// Removes `path` if the image has a symlink there, so that what the runtime
 /// makes at that path is a real file or node, not whatever the link names.
-pub(crate) fn replace_symlink(root: &Root, path: &Path) -> Result<()> {
+pub(crate) fn replace_symlink(root: &Tree, path: &Path) -> Result<()> {
     let parent = path.parent().unwrap_or(Path::new("/"));
     let Some(name) = path.file_name() else { return Ok(()) };
     let dir = match root.open_in(parent, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY) {
@@ -261,7 +260,7 @@ pub(crate) fn bind_console(k: &dyn Kernel, slave: &std::os::fd::OwnedFd) -> Resu
     let console = Path::new("/dev/console");
     // An empty file to bind the slave over, made through the root so a
     // symlink planted at /dev/console can't redirect it.
-    let root = Root::open(Path::new("/"))?;
+    let root = Tree::open(Path::new("/"))?;
     // A symlink in the image at /dev/console must not choose what the
     // pty is mounted over (CVE-2025-52565): replace it with a file.
     replace_symlink(&root, console)?;

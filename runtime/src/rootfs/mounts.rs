@@ -9,10 +9,10 @@ use oci_spec::runtime::Mount;
 
 use super::kernel::{locked_flags, Attrs, Kernel};
 use super::options::{parse_options, MountOptions};
-use super::root::Root;
 use super::{Options, Result};
 use crate::error::InitError;
 use crate::sys::fs::fd_path;
+use crate::tree::Tree;
 
 pub(super) fn is_bind(m: &Mount) -> bool {
     m.typ().as_deref() == Some("bind")
@@ -21,11 +21,11 @@ pub(super) fn is_bind(m: &Mount) -> bool {
 
 /// Mounts `m` at its destination resolved inside `root`; a failure names
 /// the entry (`mounts /dev/pts: ...`).
-pub(super) fn mount_one(root: &Root, m: &Mount, o: &Options) -> Result<()> {
+pub(super) fn mount_one(root: &Tree, m: &Mount, o: &Options) -> Result<()> {
     mount_entry(root, m, o).map_err(|e| e.field(format!("mounts {}", m.destination().display())))
 }
 
-fn mount_entry(root: &Root, m: &Mount, o: &Options) -> Result<()> {
+fn mount_entry(root: &Tree, m: &Mount, o: &Options) -> Result<()> {
     let k = o.kernel;
     let dest = m.destination();
     let shown = dest.to_string_lossy();
@@ -82,7 +82,7 @@ fn mount_entry(root: &Root, m: &Mount, o: &Options) -> Result<()> {
 /// there is nothing yet), never through a symlink the image put there: what
 /// the runtime later writes under /proc and /sys (sysctls, LSM attributes)
 /// must reach the kernel's files, and runc refuses the same.
-fn ordinary_directory(root: &Root, dest: &Path, typ: &str) -> Result<()> {
+fn ordinary_directory(root: &Tree, dest: &Path, typ: &str) -> Result<()> {
     let parent = dest.parent().unwrap_or(Path::new("/"));
     let Some(name) = dest.file_name() else { return Ok(()) };
     let dir = match root.open_in(parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
@@ -102,7 +102,7 @@ fn ordinary_directory(root: &Root, dest: &Path, typ: &str) -> Result<()> {
     }
 }
 
-fn bind(root: &Root, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> {
+fn bind(root: &Tree, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> {
     let k = o.kernel;
     let dest = m.destination();
     let shown = dest.to_string_lossy();
@@ -129,7 +129,7 @@ fn bind(root: &Root, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> 
 
 /// Propagation changes, the deferred read-only remount of a tmpfs, and
 /// recursive attributes (after the remount, so `rro` covers submounts too).
-fn after_mount(k: &dyn Kernel, root: &Root, dest: &Path, opts: &MountOptions, remount_ro: bool) -> Result<()> {
+fn after_mount(k: &dyn Kernel, root: &Tree, dest: &Path, opts: &MountOptions, remount_ro: bool) -> Result<()> {
     if opts.propagation.is_empty() && !remount_ro && opts.recursive == Attrs::default() {
         return Ok(());
     }

@@ -8,14 +8,14 @@ use nix::mount::MsFlags;
 use nix::sys::stat::fstat;
 
 use super::kernel::{locked_flags, Kernel};
-use super::root::Root;
 use super::Result;
 use crate::error::InitError;
 use crate::sys::fs::{fd_path, open_path};
+use crate::tree::Tree;
 
 /// Bind `p` onto itself and remount it read-only. A path the image lacks is
 /// skipped, as the spec allows.
-pub(super) fn make_readonly(k: &dyn Kernel, root: &Root, p: &Path) -> Result<()> {
+pub(super) fn make_readonly(k: &dyn Kernel, root: &Tree, p: &Path) -> Result<()> {
     let field = |e: InitError| e.field("linux.readonlyPaths");
     let fd = match root.open_in(p, OFlag::O_PATH) {
         Ok(fd) => fd,
@@ -32,7 +32,7 @@ pub(super) fn make_readonly(k: &dyn Kernel, root: &Root, p: &Path) -> Result<()>
 
 /// Hide `p`: a directory gets an empty read-only tmpfs, anything else the
 /// host's /dev/null, checked to really be the null device first.
-pub(super) fn mask(k: &dyn Kernel, root: &Root, p: &Path) -> Result<()> {
+pub(super) fn mask(k: &dyn Kernel, root: &Tree, p: &Path) -> Result<()> {
     let field = |e: InitError| e.field("linux.maskedPaths");
     let fd = match root.open_in(p, OFlag::O_PATH) {
         Ok(fd) => fd,

@@ -1,6 +1,6 @@
 //! File-descriptor calls: `openat2`, opening and reopening paths as owned
 //! fds, and the `/proc/self/fd/N` name of an fd. The policy of resolving
-//! paths inside a root lives in `rootfs::root`.
+//! paths inside a root lives in `tree`.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;

@@ -31,9 +31,9 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag};
 use tar::EntryType;
 
-use crate::fsat::{self, Tree};
 use crate::ids::BLOCK;
 use crate::sys;
+use tinyrun::tree::{self, Tree};
 
 /// Caps on one layer.
 #[derive(Debug, Clone, Copy)]
@@ -84,7 +84,7 @@ pub(crate) struct Stats {
 
 /// Unpacks the tar stream `r` into the existing, empty directory `dest`.
 pub(crate) fn unpack(r: impl Read, dest: &Path, ids: IdShift, limits: Limits) -> Result<Stats, String> {
-    let root = Tree::open(dest).map_err(|e| e.to_string())?;
+    let root = Tree::open_one_mount(dest).map_err(|e| e.to_string())?;
     let mut archive = tar::Archive::new(r);
     let mut stats = Stats::default();
     for entry in archive.entries().map_err(|e| format!("not a tar archive: {e}"))? {
@@ -143,7 +143,7 @@ fn apply(
     let Some((name, parents)) = names.split_last() else {
         // "./": the layer's root directory itself.
         if kind.is_dir() {
-            set_owner_mode(root.root_fd(), owner, mode)?;
+            set_owner_mode(&root.dir(Path::new("/")).map_err(|e| e.to_string())?, owner, mode)?;
         }
         return Ok(());
     };
@@ -161,7 +161,7 @@ fn apply(
             replace(&parent, name)?;
             nix::unistd::symlinkat(target.as_slice(), Some(parent.as_raw_fd()), name.as_os_str())
                 .map_err(errno("symlink"))?;
-            fsat::chown_at(&parent, name, owner).map_err(errno("chown"))
+            tree::chown_at(&parent, name, owner).map_err(errno("chown"))
         }
         EntryType::Link => {
             let target = entry.link_name_bytes().ok_or("hard link without a target")?.into_owned();
@@ -172,7 +172,7 @@ fn apply(
             let perm = Mode::from_bits_truncate(mode.bits() & 0o777);
             nix::sys::stat::mknodat(Some(parent.as_raw_fd()), name.as_os_str(), SFlag::S_IFIFO, perm, 0)
                 .map_err(errno("mkfifo"))?;
-            fsat::chown_at(&parent, name, owner).map_err(errno("chown"))
+            tree::chown_at(&parent, name, owner).map_err(errno("chown"))
         }
         EntryType::Char | EntryType::Block => {
             stats.devices_skipped += 1;
@@ -187,8 +187,8 @@ fn apply(
 /// A directory entry: an existing directory is kept (layers add to it),
 /// anything else in its place is replaced.
 fn make_dir(parent: &OwnedFd, name: &OsString, owner: (u32, u32), mode: Mode) -> Result<(), String> {
-    match fsat::lstat_at(parent, name) {
-        Ok(st) if fsat::kind(&st) == SFlag::S_IFDIR => {}
+    match tree::lstat_at(parent, name) {
+        Ok(st) if tree::kind(&st) == SFlag::S_IFDIR => {}
         Ok(_) => replace(parent, name)?,
         Err(_) => {}
     }
@@ -196,7 +196,7 @@ fn make_dir(parent: &OwnedFd, name: &OsString, owner: (u32, u32), mode: Mode) ->
         Ok(()) | Err(Errno::EEXIST) => {}
         Err(e) => return Err(errno("mkdir")(e)),
     }
-    let dir = fsat::subdir(parent, name).map_err(errno("open directory"))?;
+    let dir = tree::subdir(parent, name).map_err(errno("open directory"))?;
     set_owner_mode(&dir, owner, mode)
 }
 
@@ -212,8 +212,7 @@ fn write_file(
 ) -> Result<(), String> {
     replace(parent, name)?;
     let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW;
-    let fd = sys::openat(parent.as_raw_fd(), Path::new(name), flags, Mode::from_bits_truncate(0o600))
-        .map_err(errno("create"))?;
+    let fd = tree::open_at(parent, name, flags, 0o600).map_err(errno("create"))?;
     let mut file = std::fs::File::from(fd);
     std::io::copy(contents, &mut file).map_err(|e| format!("write: {e}"))?;
     let t = nix::sys::time::TimeSpec::new(i64::try_from(mtime).unwrap_or(0), 0);
@@ -230,15 +229,15 @@ fn set_owner_mode(fd: &OwnedFd, (uid, gid): (u32, u32), mode: Mode) -> Result<()
 /// The directory an entry goes in, reached without following any symlink;
 /// directories the archive didn't list are made (0755, the box's root's).
 fn parent_dir(root: &Tree, parents: &[OsString], root_id: u32) -> Result<OwnedFd, String> {
-    let mut dir = root.dir(Path::new("/")).map_err(errno("open layer"))?;
+    let mut dir = root.dir(Path::new("/")).map_err(|e| e.to_string())?;
     for p in parents {
-        dir = match fsat::subdir(&dir, p) {
+        dir = match tree::subdir(&dir, p) {
             Ok(d) => d,
             Err(Errno::ENOENT) => {
                 nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), p.as_os_str(), Mode::from_bits_truncate(0o755))
                     .map_err(errno("mkdir"))?;
-                fsat::chown_at(&dir, p, (root_id, root_id)).map_err(errno("chown"))?;
-                fsat::subdir(&dir, p).map_err(errno("open directory"))?
+                tree::chown_at(&dir, p, (root_id, root_id)).map_err(errno("chown"))?;
+                tree::subdir(&dir, p).map_err(errno("open directory"))?
             }
             Err(Errno::ELOOP | Errno::ENOTDIR) => {
                 return Err(format!("its parent {:?} is a symlink or not a directory", p.to_string_lossy()))
@@ -252,7 +251,7 @@ fn parent_dir(root: &Tree, parents: &[OsString], root_id: u32) -> Result<OwnedFd
 /// Clears the way for a new entry: whatever has the name goes (a later
 /// entry replaces an earlier one, as tar does).
 fn replace(parent: &OwnedFd, name: &OsString) -> Result<(), String> {
-    fsat::remove_at(parent, name).map_err(errno("replace"))
+    tree::remove_at(parent, name).map_err(errno("replace"))
 }
 
 fn whiteout(parent: &OwnedFd, hidden: &[u8], owner: (u32, u32)) -> Result<(), String> {
@@ -267,7 +266,7 @@ fn whiteout(parent: &OwnedFd, hidden: &[u8], owner: (u32, u32)) -> Result<(), St
     let dev = nix::sys::stat::makedev(0, 0);
     nix::sys::stat::mknodat(Some(parent.as_raw_fd()), name.as_os_str(), SFlag::S_IFCHR, Mode::empty(), dev)
         .map_err(errno("make whiteout"))?;
-    fsat::chown_at(parent, &name, owner).map_err(errno("chown"))
+    tree::chown_at(parent, &name, owner).map_err(errno("chown"))
 }
 
 /// A hard link to an earlier entry of the same layer, found without
@@ -277,8 +276,8 @@ fn hard_link(root: &Tree, target: &[u8], parent: &OwnedFd, name: &OsString, ids:
     let tnames = entry_names(target)?;
     let (tname, tparents) = tnames.split_last().ok_or("hard link to the layer's root")?;
     let tdir = parent_dir(root, tparents, ids.map(0))?;
-    match fsat::lstat_at(&tdir, tname) {
-        Ok(st) if fsat::kind(&st) != SFlag::S_IFDIR => {}
+    match tree::lstat_at(&tdir, tname) {
+        Ok(st) if tree::kind(&st) != SFlag::S_IFDIR => {}
         Ok(_) => return Err("hard link to a directory".into()),
         Err(e) => return Err(format!("hard link to {:?}: {e}", String::from_utf8_lossy(target))),
     }

@@ -191,20 +191,22 @@ pub(crate) fn resolv_conf(dns: Ipv4Addr) -> String {
 /// other mount points), and anything but a regular file there is an error
 /// naming it. Resolved inside the root, as the runtime will.
 pub(crate) fn resolv_conf_mountpoint(root: &Path, image: bool, host_id: u32) -> Result<()> {
-    use nix::sys::stat::{Mode, SFlag};
+    use nix::sys::stat::SFlag;
     use std::ffi::OsStr;
-    let tree = crate::fsat::Tree::open(root)?;
+    let tree = tinyrun::tree::Tree::open_one_mount(root)?;
     let at = |e: nix::errno::Errno| Error::io("prepare /etc/resolv.conf in", root, e.into());
-    let etc = match tree.dir(Path::new("/etc")) {
+    let etc = match tree.dir(Path::new("/etc")).map_err(|e| e.errno) {
         Ok(etc) => etc,
         // Made with the other mount points, as for any root.
         Err(nix::errno::Errno::ENOENT) if !image => return Ok(()),
-        Err(_) if image => tree.dir_all(Path::new("/etc"), (host_id, host_id)).map_err(at)?,
+        Err(_) if image => {
+            tree.mkdir_all_owned(Path::new("/etc"), 0o755, (host_id, host_id)).map_err(|e| at(e.errno))?
+        }
         Err(e) => return Err(at(e)),
     };
     let name = OsStr::new("resolv.conf");
-    match crate::fsat::lstat_at(&etc, name) {
-        Ok(st) if crate::fsat::kind(&st) == SFlag::S_IFREG => return Ok(()),
+    match tinyrun::tree::lstat_at(&etc, name) {
+        Ok(st) if tinyrun::tree::kind(&st) == SFlag::S_IFREG => return Ok(()),
         Err(nix::errno::Errno::ENOENT) if !image => return Ok(()),
         Ok(_) if !image => {
             return Err(Error::InvalidArgument(format!(
@@ -213,14 +215,14 @@ pub(crate) fn resolv_conf_mountpoint(root: &Path, image: bool, host_id: u32) -> 
                 root.display()
             )))
         }
-        Ok(_) => crate::fsat::remove_at(&etc, name).map_err(at)?,
+        Ok(_) => tinyrun::tree::remove_at(&etc, name).map_err(at)?,
         Err(nix::errno::Errno::ENOENT) => {}
         Err(e) => return Err(at(e)),
     }
     let flags = nix::fcntl::OFlag::O_CREAT | nix::fcntl::OFlag::O_EXCL | nix::fcntl::OFlag::O_NOFOLLOW;
     let flags = flags | nix::fcntl::OFlag::O_WRONLY;
-    crate::sys::openat(etc.as_raw_fd(), Path::new(name), flags, Mode::from_bits_truncate(0o644)).map_err(at)?;
-    crate::fsat::chown_at(&etc, name, (host_id, host_id)).map_err(at)
+    tinyrun::tree::open_at(&etc, name, flags, 0o644).map_err(at)?;
+    tinyrun::tree::chown_at(&etc, name, (host_id, host_id)).map_err(at)
 }
 
 /// The host-side link and table names of box `id`: short enough for a link
