@@ -118,3 +118,78 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .filter(|p| p.starts_with(dir))
         .collect()
 }
+
+/// A throw-away local user made with `useradd` and removed with `userdel` on drop, even when
+/// the test panics: "another local user" for the attacks on what a host shows of its boxes.
+pub struct LocalUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl LocalUser {
+    /// `tr<pid><tag>`, with a group of its own and no home.
+    pub fn new(tag: &str) -> LocalUser {
+        let name = format!("tr{}{tag}", std::process::id());
+        let quiet = |c: &mut std::process::Command| {
+            c.stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        // Parallel tests may contend for /etc/passwd's lock: retry.
+        let made = (0..50).any(|_| {
+            let ok = quiet(std::process::Command::new("useradd").args([
+                "--no-create-home",
+                "--shell",
+                "/bin/false",
+                "--user-group",
+                &name,
+            ]));
+            if !ok {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            ok
+        });
+        assert!(made, "useradd {name} failed");
+        let pw = nix::unistd::User::from_name(&name).ok().flatten().expect("the new user");
+        LocalUser { name, uid: pw.uid.as_raw(), gid: pw.gid.as_raw() }
+    }
+
+    /// `sh -c SCRIPT` as this user (setpriv, no supplementary groups, a clean environment),
+    /// to completion: (exit status, stdout, stderr).
+    pub fn sh(&self, script: &str) -> (i32, String, String) {
+        let o = std::process::Command::new("setpriv")
+            .args(["--reuid", &self.uid.to_string(), "--regid", &self.gid.to_string(), "--clear-groups", "--"])
+            .args(["/bin/sh", "-c", script])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .current_dir("/")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("setpriv");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for LocalUser {
+    fn drop(&mut self) {
+        // Whatever ran as the user is gone by now (sh ran to completion); userdel may still
+        // contend for the lock with a parallel test.
+        for _ in 0..50 {
+            let st = std::process::Command::new("userdel")
+                .arg(&self.name)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+            if st.is_ok_and(|s| s.success()) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}

@@ -173,7 +173,7 @@ impl Sbx {
         fs::create_dir(&state).expect("mkdir <root>/sandbox");
         fs::set_permissions(&state, fs::Permissions::from_mode(0o700)).expect("chmod");
         fs::create_dir(&bundles).expect("mkdir <root>/sandbox-bundles");
-        fs::set_permissions(&bundles, fs::Permissions::from_mode(0o755)).expect("chmod");
+        fs::set_permissions(&bundles, fs::Permissions::from_mode(0o711)).expect("chmod");
         let watch = IdWatch::new(&[state, bundles]);
         let tag_env = format!("TINYRUN_CONFORMANCE_TAG={}", rt.tag());
         Sbx { rt, name, watch: std::cell::RefCell::new(watch), tag_env }

@@ -452,3 +452,52 @@ fn killed_supervisor_mounts_are_collected() {
     assert!(after_next.is_empty(), "garbage collection left {after_next:?}");
     sb.assert_clean("garbage collection");
 }
+
+/// Removes a host path the attack below may have made, even when the test fails.
+struct HostPath(PathBuf);
+
+impl Drop for HostPath {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0).or_else(|_| fs::remove_file(&self.0));
+    }
+}
+
+/// A root filesystem image whose /etc is an absolute symlink to a directory that exists on the
+/// host (as /root or /etc/cron.d do; here one the test makes) and in the image: with `--dns`,
+/// the box's /etc/resolv.conf needs a mount point, and it must be made inside the image as the
+/// box resolves the link, never in the host's directory. Run in a network namespace of the
+/// test's own (egress sets up there, not on the host).
+#[test]
+fn mount_points_never_follow_image_links_out() {
+    require_root!();
+    let sb = Sbx::new("sbx_image_link_out");
+    let dir = sb.rt.tempdir();
+    open(&dir);
+    let rootfs = dir.join("rootfs");
+    let st = Command::new(workspace_root().join("bundles/mkrootfs")).arg(&rootfs).stdout(Stdio::null()).status();
+    assert!(st.expect("mkrootfs").success(), "mkrootfs failed");
+    let escape = HostPath(PathBuf::from(format!("/tmp/tinyrun-escape-{}", sb.rt.tag())));
+    fs::create_dir(&escape.0).expect("the host directory");
+    let inside = rootfs.join(escape.0.strip_prefix("/").unwrap());
+    fs::create_dir_all(&inside).unwrap();
+    fs::rename(rootfs.join("etc/passwd"), inside.join("passwd")).unwrap();
+    fs::remove_dir_all(rootfs.join("etc")).unwrap();
+    std::os::unix::fs::symlink(&escape.0, rootfs.join("etc")).unwrap();
+    let (ns, _) = sb.rt.bound_netns();
+    let mut v = vec!["sandbox", "run"];
+    v.extend(sb.common());
+    let image = rootfs.to_str().unwrap();
+    v.extend(["--image", image, "--network", "egress", "--dns", "192.0.2.53", "--", "cat", "/etc/resolv.conf"]);
+    let inner = sb.rt.command(&v);
+    let mut c = Command::new("nsenter");
+    c.arg(format!("--net={}", ns.display())).arg("--").arg(inner.get_program()).args(inner.get_args());
+    c.envs(inner.get_envs().filter_map(|(k, val)| Some((k, val?))));
+    let o = sb.rt.output(c);
+    let planted = escape.0.join("resolv.conf");
+    let made_on_host = planted.exists();
+    saw(sb.name, format!("host file made: {made_on_host}; the run: {:?} {:?}", o.stdout.trim(), o.stderr.trim()));
+    assert!(!made_on_host, "the image's /etc link made {} on the host: {o}", planted.display());
+    assert!(o.ok() && o.stdout.contains("nameserver 192.0.2.53"), "the box did not get its resolver: {o}");
+    assert!(inside.join("passwd").exists(), "the image itself was changed");
+    sb.assert_clean("the run");
+}

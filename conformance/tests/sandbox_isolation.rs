@@ -433,3 +433,45 @@ fn an_exec_is_confined_and_dies_with_its_caller() {
     sb.raw(&["terminate", &id]).expect_ok("terminate");
     sb.assert_clean("resident exec");
 }
+
+/// Another local user (a throw-away account) against a launched box made with a secret in its
+/// environment and a file written in its /work: it must not find the secret anywhere under the
+/// root or in any process's command line (the reaper the launch left is one), read the box's
+/// config or output, plant a file in the box's /tmp, or open the reaper's lock (whoever can
+/// flock it keeps the root from ever getting a reaper).
+#[test]
+fn other_local_users_see_nothing_of_a_box() {
+    require_root!();
+    let sb = Sbx::new("sbx_private");
+    let user = tinyrun_conformance::LocalUser::new("p");
+    let secret = format!("sekrit-{}-{}", std::process::id(), sb.rt.tag());
+    let env = format!("API_KEY={secret}");
+    let id = sb.launch(&["-e", &env]);
+    let o = sb.raw(&["exec", &id, "--", "sh", "-c", "echo box-output > /work/out.txt"]);
+    assert!(o.ok(), "exec: {o}");
+    let root = sb.root_str();
+    let bundle = format!("{root}/sandbox-bundles/{id}");
+    let script = format!(
+        "grep -rsl '{secret}' '{root}' && echo FOUND-IN-FILES; \
+         ps -eo args | grep -F '{secret}' | grep -v grep && echo FOUND-IN-PS; \
+         cat '{bundle}/config.json' >/dev/null 2>&1 && echo READ-CONFIG; \
+         cat '{bundle}/scratch/work/out.txt' 2>/dev/null | grep -q box-output && echo READ-OUTPUT; \
+         (echo planted > '{bundle}/scratch/tmp/planted') 2>/dev/null && echo PLANTED; \
+         (exec 9<'{root}/sandbox-reaper.lock') 2>/dev/null && echo OPENED-LOCK; \
+         echo done"
+    );
+    let (code, out, err) = user.sh(&script);
+    let inside = sb.raw(&["exec", &id, "--", "ls", "-A", "/tmp"]);
+    saw(sb.name, format!("as {}: {:?}; the box's /tmp: {:?}", user.name, out.trim(), inside.stdout.trim()));
+    assert_eq!(code, 0, "the script as {} failed: {err}", user.name);
+    assert!(out.trim_end().ends_with("done"), "the script did not run to its end: {out:?} {err}");
+    for leak in ["FOUND-IN-FILES", "FOUND-IN-PS", "READ-CONFIG", "READ-OUTPUT", "PLANTED", "OPENED-LOCK"] {
+        assert!(!out.contains(leak), "{leak}: another local user got at the box: {out}");
+    }
+    assert!(inside.ok() && !inside.stdout.contains("planted"), "the box sees a planted file: {inside}");
+    // Control: the secret is there for root to find, so the grep above could have found it.
+    let mine = std::process::Command::new("grep").args(["-rsl", &secret, root]).output().expect("grep");
+    assert!(!mine.stdout.is_empty(), "root does not find the secret under {root}: the test proves nothing");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("terminate");
+}

@@ -13,6 +13,7 @@
 //! the run's own deadline, and the box lives until that one too has passed.
 
 use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -109,10 +110,13 @@ const TICK: Duration = Duration::from_millis(500);
 /// The caller is single-threaded (see `sys::fork`).
 pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
     let path = lock_file(root);
+    // 0600: a file others could open, they could flock, and keep the
+    // root from ever having a reaper.
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&path)
         .map_err(|e| Error::io("open", &path, e))?;
     if !sys::try_lock(&file).map_err(|e| Error::io("lock", &path, e.into()))? {
@@ -127,10 +131,14 @@ pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
             // Nobody waits for us: our own session, no terminal, none of
             // the caller's files (its stdout may be a pipe it reads to EOF).
             let _ = nix::unistd::setsid();
+            // Our command line is the caller's, secrets and all, and we
+            // may live for hours: no reaper rather than one that shows it.
+            if tinyrun::conceal_cmdline(c"tinyrun-reaper").is_err() {
+                sys::exit_child(1);
+            }
             sys::detach_stdio(&[file.as_fd()]);
             // Nor the caller's working directory, which it may unmount.
             let _ = nix::unistd::chdir("/");
-            let _ = nix::sys::prctl::set_name(c"tinyrun-reaper");
             // A caller waiting for a box may have blocked SIGTERM and
             // friends; the reaper answers them as any process does.
             let _ = nix::sys::signal::sigprocmask(

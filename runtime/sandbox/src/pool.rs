@@ -174,7 +174,8 @@ pub fn fill(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>>
     let key = key(opts)?;
     let target = target_file(root, &key);
     if let Some(dir) = target.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| Error::io("create", dir, e))?;
     }
     write_atomic(&target, &format!("{n} {}", opts.lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME).as_millis()))?;
     top_up(root, opts, &key, n)
@@ -268,15 +269,20 @@ pub(crate) fn recycle_detached(root: &Path, opts: &SandboxOptions, key: &str, us
     if let Forked::Child = forked {
         // Nothing is left to report to: the caller has its answer.
         let _ = nix::unistd::setsid();
+        // The caller's command line (its --env values too) is not ours to
+        // show for as long as a refill takes: without a title of our own,
+        // the used box is removed but nothing is refilled.
+        let concealed = tinyrun::conceal_cmdline(c"tinyrun-pool").is_ok();
         // Our stdout may be the caller's pipe: don't hold it open.
         sys::detach_stdio(&[]);
         let removed = remove();
         // A key nobody filled (or one drained since) is not refilled.
         let refilled = match target {
-            Some((key, (n, lifetime))) => {
+            Some((key, (n, lifetime))) if concealed => {
                 let lifetime = Some(lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME));
                 top_up(root, &SandboxOptions { lifetime, ..opts.clone() }, key, n)
             }
+            Some(_) => Err(Error::InvalidState("no refill: our command line could not be concealed".into())),
             None => Ok(Vec::new()),
         };
         sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));

@@ -60,7 +60,17 @@ fn box_exists(root: &Path) -> impl Fn(&str) -> bool + '_ {
 /// own; returns its first host id. The dir comes first, so the range is
 /// never seen as belonging to a box that doesn't exist.
 fn provision(root: &Path, bundle: &Path, id: &str, opts: &SandboxOptions) -> Result<u32> {
-    std::fs::create_dir_all(bundle).map_err(|e| Error::io("create sandbox bundle", bundle, e))?;
+    use std::os::unix::fs::DirBuilderExt;
+    // Searchable, not listable: a box's root walks through it to its
+    // bundle (mounted over with the box's own tmpfs, see `storage`).
+    if let Some(bundles) = bundle.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(bundles)
+            .map_err(|e| Error::io("create", bundles, e))?;
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(bundle).map_err(|e| Error::io("create sandbox bundle", bundle, e))?;
     Allocator::new(root).allocate(opts.host_ids, id, &box_exists(root))
 }
 

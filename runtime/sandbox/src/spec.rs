@@ -10,6 +10,7 @@ use super::options::SandboxOptions;
 use crate::error::{Error, Result};
 use crate::image::{self, Source};
 use crate::storage;
+use tinyrun::tree::Tree;
 
 /// Inside the box the program runs as this user, mapped (with the rest of
 /// ids 0..65535) to the box's own range of host ids (see [`super::ids`]).
@@ -77,7 +78,7 @@ fn plan(opts: &SandboxOptions, scratch: &Path) -> Result<Plan> {
 pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[String], host_id: u32) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io("create sandbox bundle", dir))?;
     let Plan { root, mut mounts } = plan(opts, &dir.join(storage::SCRATCH))?;
-    storage::mount_bundle(dir, opts.tmpfs_size)?;
+    storage::mount_bundle(dir, opts.tmpfs_size, host_id)?;
     if let Some(dns) = opts.egress.as_ref().and_then(|e| e.dns) {
         // The box's resolver, whatever root it has: a file of ours on top.
         let conf = dir.join("resolv.conf");
@@ -103,11 +104,20 @@ pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[
     // Made here, as the host's root, the way runc makes mount points: the
     // box's own root can't create them in a root filesystem it doesn't own.
     mountpoints(&root, &mounts)?;
-    reachable(&root)?;
+    reachable(&root, host_id)?;
     let spec = spec_json(id, &root, opts, args, mounts, host_id, image_env.as_deref())?;
-    let path = dir.join("config.json");
     let bytes = serde_json::to_vec(&spec).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
-    std::fs::write(&path, bytes).map_err(io("write", &path))
+    write_private(&dir.join("config.json"), &bytes)
+}
+
+/// Writes a file only root may read: a box's config holds its environment,
+/// secrets included.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(io("create", path))?;
+    f.write_all(bytes).map_err(io("write", path))
 }
 
 /// Fields of a box's spec that differ from box to box of the same options.
@@ -194,13 +204,18 @@ fn skeleton(rootfs: &Path, links: &[(PathBuf, PathBuf)]) -> Result<()> {
     Ok(())
 }
 
-/// The box runs as an unprivileged host uid, which must be able to walk
-/// to its root filesystem: say so plainly instead of failing a mount later.
-fn reachable(root: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+/// The box's root is host id `base`, which must be able to walk to its
+/// root filesystem: say so plainly instead of failing a mount later.
+fn reachable(root: &Path, base: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
     for dir in root.ancestors().skip(1) {
         let Ok(meta) = std::fs::metadata(dir) else { continue };
-        if meta.permissions().mode() & 0o001 == 0 {
+        let search = match (meta.uid() == base, meta.gid() == base) {
+            (true, _) => 0o100,
+            (false, true) => 0o010,
+            (false, false) => 0o001,
+        };
+        if meta.mode() & search == 0 {
             return Err(Error::InvalidArgument(format!(
                 "sandbox root filesystem {} is not reachable by the sandbox's unprivileged user: \
                  {} is not searchable by others (chmod o+x it, or choose another --root)",
@@ -214,22 +229,15 @@ fn reachable(root: &Path) -> Result<()> {
 
 /// Makes every mount point ahead of time: inside its user namespace the
 /// box's root can't create anything in a directory the host's root owns.
+/// The root may be an image's: each destination is resolved inside it, a
+/// symlink on the way followed as the box would see it, never to the host.
+/// Those under /dev are made by init, in the box's own /dev tmpfs.
 fn mountpoints(rootfs: &Path, mounts: &[Value]) -> Result<()> {
+    let tree = Tree::open(rootfs)?;
     for m in mounts {
-        let Some(dest) = m["destination"].as_str() else { continue };
-        let inside = rootfs.join(dest.trim_start_matches('/'));
-        if std::fs::symlink_metadata(&inside).is_ok() {
-            continue;
-        }
+        let Some(dest) = m["destination"].as_str().filter(|d| !d.starts_with("/dev/")) else { continue };
         let is_file = m["type"] == "bind" && m["source"].as_str().is_some_and(|s| !Path::new(s).is_dir());
-        if is_file {
-            if let Some(parent) = inside.parent() {
-                std::fs::create_dir_all(parent).map_err(io("create", parent))?;
-            }
-            std::fs::File::create(&inside).map_err(io("create", &inside))?;
-        } else if !dest.starts_with("/dev/") {
-            std::fs::create_dir_all(&inside).map_err(io("create", &inside))?;
-        }
+        tree.ensure(Path::new(dest), is_file)?;
     }
     Ok(())
 }

@@ -51,14 +51,18 @@ fn mount_error<'a>(what: &'static str, target: &'a Path) -> impl FnOnce(Errno) -
     move |e| Error::io(what, target, e.into())
 }
 
-/// Mounts a tmpfs of at most `size` bytes on the (empty) bundle dir `dir`.
-/// It holds what the runtime writes for the box (config.json, the default
-/// root's skeleton, mount points); with `--writable-root`, the box's
-/// writes to that skeleton land here too, bounded like /work's.
-pub(crate) fn mount_bundle(dir: &Path, size: u64) -> Result<()> {
-    // 0755, as the dir was: the box's root, an unprivileged host uid,
-    // walks through it to its root filesystem.
-    let data = format!("size={size},mode=0755");
+/// Mounts a tmpfs of at most `size` bytes on the (empty) bundle dir `dir`
+/// of a box whose ids start at host id `base`. It holds what the runtime
+/// writes for the box (config.json, the default root's skeleton, mount
+/// points, the scratch tmpfs); with `--writable-root`, the box's writes to
+/// that skeleton land here too, bounded like /work's.
+///
+/// It is the box's own and nobody else's: `0700`, owned by the box's root
+/// (host id `base`), which has to walk through it to its root filesystem
+/// while its init sets up the mounts. Every other local user is stopped
+/// here, whatever the modes below (the box's `tmp` is 1777 inside).
+pub(crate) fn mount_bundle(dir: &Path, size: u64, base: u32) -> Result<()> {
+    let data = format!("size={size},mode=0700,uid={base},gid={base}");
     nix::mount::mount(Some("tmpfs"), dir, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(data.as_str()))
         .map_err(mount_error("mount sandbox bundle (tmpfs) on", dir))?;
     private(dir)
