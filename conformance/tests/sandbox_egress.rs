@@ -18,6 +18,11 @@
 //! left; bad egress options fail with nothing left; a box whose set-up fails (no free link, rules
 //! nft refuses) does not start; a pooled egress box serves only runs with the same egress options.
 //!
+//! Forwarding: the host namespace starts with `ip_forward` 0 (and gets back whatever it had when
+//! the test ends); every check of what is left includes `ip_forward` back at 0. With two more
+//! namespaces routed through the host (lan a and lan b), an egress box does not make the host
+//! forward a to b, and a host that forwards already keeps forwarding, during and after a box.
+//!
 //! Each test prints `SANDBOX <name>: <what it saw>` before it asserts.
 
 use std::collections::BTreeMap;
@@ -51,6 +56,9 @@ const RESOLVER: &str = "10.55.0.53";
 /// first /30).
 const HOST_UPLINK: &str = "203.0.113.2";
 const GATEWAY: &str = "169.254.64.1";
+/// lan b's address, and the host namespace's address on lan a's link (see [`Net::lan`]).
+const LAN_B: &str = "10.201.2.2";
+const LAN_A_GATEWAY: &str = "10.201.1.1";
 
 /// `server.py UDPADDR PORT...`: serves HTTP on each PORT (all addresses; `6:PORT` on IPv6), answering `hello from
 /// <address> to <client's address>`, and echoes UDP on UDPADDR:53 (bound to that address, so replies come from it);
@@ -112,8 +120,19 @@ struct Net {
     host: PathBuf,
     internet: PathBuf,
     probe: PathBuf,
+    server: PathBuf,
     servers: Vec<Child>,
+    /// The host namespace's `net.ipv4.ip_forward` as the test set it, and as it found it (put back on drop).
+    forwarding: bool,
+    forwarding_found: Option<String>,
     sb: Sbx,
+}
+
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// Reads `net.ipv4.ip_forward` of namespace `ns` (/proc/sys/net is the reader's namespace's).
+fn ip_forward(ns: &Path) -> String {
+    out(ns, &["cat", IP_FORWARD]).trim().to_string()
 }
 
 fn sh(ns: &Path, cmd: &str) {
@@ -129,7 +148,12 @@ fn out(ns: &Path, args: &[&str]) -> String {
 }
 
 impl Net {
+    /// The topology, with forwarding off in the host namespace, as on a host that is not a router.
     fn new(name: &'static str) -> Net {
+        Net::with_forwarding(name, false)
+    }
+
+    fn with_forwarding(name: &'static str, forwarding: bool) -> Net {
         let sb = Sbx::new(name);
         let (host, _) = sb.rt.bound_netns();
         let (internet, _) = sb.rt.bound_netns();
@@ -139,7 +163,10 @@ impl Net {
         fs::write(&probe, PROBE).expect("probe");
         let server = dir.join("server.py");
         fs::write(&server, SERVER).expect("server");
-        let mut net = Net { host, internet, probe, servers: Vec::new(), sb };
+        let mut net =
+            Net { host, internet, probe, server, servers: Vec::new(), forwarding, forwarding_found: None, sb };
+        net.forwarding_found = Some(ip_forward(&net.host));
+        sh(&net.host, &format!("echo {} > {IP_FORWARD}", u8::from(forwarding)));
         let (h, i) = (net.host.display().to_string(), net.internet.display().to_string());
         sh(
             &net.host,
@@ -156,16 +183,20 @@ impl Net {
             &net.internet,
             &format!("ip link set lo up; ip addr add 203.0.113.1/24 dev inet0; ip link set inet0 up; {adds}"),
         );
-        for (ns, args) in [(&h, [HOST_UPLINK, "80", "6:8081"]), (&i, [RESOLVER, "80", "8080"])] {
-            let mut c = Command::new("nsenter");
-            c.arg(format!("--net={ns}")).arg("python3").arg(&server).args(args);
-            let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server");
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("server output");
-            net.servers.push(child);
-            assert_eq!(line.trim(), "ready", "the test server in {ns} did not start");
-        }
+        net.serve(&h, &[HOST_UPLINK, "80", "6:8081"]);
+        net.serve(&i, &[RESOLVER, "80", "8080"]);
         net
+    }
+
+    /// Starts `server.py ARGS` in namespace `ns` and waits until it serves.
+    fn serve(&mut self, ns: &str, args: &[&str]) {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={ns}")).arg("python3").arg(&self.server).args(args);
+        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("server output");
+        self.servers.push(child);
+        assert_eq!(line.trim(), "ready", "the test server in {ns} did not start");
     }
 
     /// `tinyrun --root R sandbox ARGS...` in the host namespace.
@@ -203,18 +234,74 @@ impl Net {
 
     /// The same probe from the host namespace itself: the control.
     fn control(&self, targets: &[String]) -> BTreeMap<String, String> {
-        let mut args = vec!["python3", self.probe.to_str().expect("utf-8")];
-        args.extend(targets.iter().map(String::as_str));
-        kv(&out(&self.host, &args))
+        self.probe_in(&self.host, targets)
     }
 
-    /// What of the boxes' networking is in the host namespace: links other than lo and up0,
-    /// nftables tables, and routes other than the uplink's two.
+    /// The probe run in namespace `ns`.
+    fn probe_in(&self, ns: &Path, targets: &[String]) -> BTreeMap<String, String> {
+        let mut args = vec!["python3", self.probe.to_str().expect("utf-8")];
+        args.extend(targets.iter().map(String::as_str));
+        kv(&out(ns, &args))
+    }
+
+    /// Two more namespaces, lan a and lan b, each linked to the host namespace by a veth (`lana`,
+    /// `lanb` on the host's side; 10.201.1.0/24 and 10.201.2.0/24) with its default route via the
+    /// host; b serves HTTP on [`LAN_B`]. a reaches b only if the host forwards between them.
+    /// Returns a.
+    fn lan(&mut self) -> PathBuf {
+        let (a, _) = self.sb.rt.bound_netns();
+        let (b, _) = self.sb.rt.bound_netns();
+        for (ns, side, net) in [(&a, "a", 1), (&b, "b", 2)] {
+            sh(
+                &self.host,
+                &format!(
+                    "ip link add lan{side} type veth peer name lan0; exec 9<{}; ip link set lan0 netns \
+                     /proc/self/fd/9; ip addr add 10.201.{net}.1/24 dev lan{side}; ip link set lan{side} up",
+                    ns.display()
+                ),
+            );
+            sh(
+                ns,
+                &format!(
+                    "ip link set lo up; ip addr add 10.201.{net}.2/24 dev lan0; ip link set lan0 up; \
+                     ip route add default via 10.201.{net}.1"
+                ),
+            );
+        }
+        self.serve(&b.display().to_string(), &[LAN_B, "80"]);
+        a
+    }
+
+    /// `sandbox launch OPTS` with a lifetime a loaded host can't run out: the box's id.
+    fn launch(&self, opts: &[&str]) -> String {
+        let mut v = vec!["launch"];
+        v.extend(self.sb.common());
+        v.extend(["--lifetime", "10m"]);
+        v.extend_from_slice(opts);
+        let o = self.sandbox(&v);
+        assert!(o.ok(), "{o}");
+        o.stdout.trim().to_string()
+    }
+
+    /// The probe run in launched box `id`.
+    fn exec_probe(&self, id: &str, targets: &[String]) -> BTreeMap<String, String> {
+        let mut v = vec!["exec", id, "--", "python3", "-c", PROBE];
+        v.extend(targets.iter().map(String::as_str));
+        kv(&self.sandbox(&v).stdout)
+    }
+
+    /// What of the boxes' networking is in the host namespace: links other than lo, up0 and the
+    /// LAN's (`lan*`), nftables tables, routes other than the uplink's two and the LAN's, and
+    /// `ip_forward` if it is not as the test set it.
     fn net_leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();
+        let forwarding = ip_forward(&self.host);
+        if forwarding != u8::from(self.forwarding).to_string() {
+            left.push(format!("ip_forward {forwarding}"));
+        }
         for l in out(&self.host, &["ip", "-o", "link", "show"]).lines() {
             let name = l.split(':').nth(1).unwrap_or("").trim().split('@').next().unwrap_or("").to_string();
-            if name != "lo" && name != "up0" {
+            if name != "lo" && name != "up0" && !name.starts_with("lan") {
                 left.push(format!("link {name}"));
             }
         }
@@ -224,6 +311,7 @@ impl Net {
         for r in out(&self.host, &["ip", "-4", "route", "show", "table", "all"]).lines() {
             let ours = r.starts_with("default via 203.0.113.1 dev up0")
                 || r.starts_with("203.0.113.0/24 dev up0")
+                || r.contains(" dev lan")
                 || r.contains("table local");
             if !ours {
                 left.push(format!("route {r}"));
@@ -248,6 +336,12 @@ impl Drop for Net {
         for s in &mut self.servers {
             let _ = s.kill();
             let _ = s.wait();
+        }
+        if let Some(v) = &self.forwarding_found {
+            let _ = Command::new("nsenter")
+                .arg(format!("--net={}", self.host.display()))
+                .args(["sh", "-c", &format!("echo {v} > {IP_FORWARD}")])
+                .status();
         }
     }
 }
@@ -703,4 +797,80 @@ fn ipv6_from_the_box_reaches_nothing() {
     saw(net.sb.name, format!("host link {link} at {addr}: control {control:?}, from the box {:?}", probe.stdout));
     assert!(control.trim().starts_with("v6=hello_from_"), "control: {control}");
     assert!(probe.ok() && probe.stdout.trim().starts_with("v6=refused:"), "{probe}");
+}
+
+/// The host namespace does not forward (`ip_forward` 0), and two LAN namespaces are routed
+/// through it. An egress box needs forwarding and gets it: while the box runs, `ip_forward` is 1
+/// and the box reaches the public address, yet lan a still does not reach lan b through the host
+/// (only the boxes' traffic is forwarded). Once the box is terminated, `ip_forward` is 0 again
+/// and no table is left. Controls: b answers the host namespace, a reaches the host.
+#[test]
+fn egress_does_not_make_the_host_a_router() {
+    require_root_and_nft!();
+    let mut net = Net::new("sbx_egress_no_router");
+    let a = net.lan();
+    let b = tcp(LAN_B, 80);
+    let control = net.control(&[b.clone()]);
+    let a_to_host = net.probe_in(&a, &[tcp(LAN_A_GATEWAY, 80)]);
+    let id = net.launch(&["--network", "egress"]);
+    let forwarding = ip_forward(&net.host);
+    let from_box = net.exec_probe(&id, &[tcp(PUBLIC, 80)]);
+    let a_to_b = net.probe_in(&a, &[b.clone()]);
+    let tables = out(&net.host, &["nft", "list", "tables"]);
+    let term = net.sandbox(&["terminate", &id]);
+    let after = ip_forward(&net.host);
+    let left = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!(
+            "control: {control:?}, a to the host: {a_to_host:?}; with the box: ip_forward {forwarding}, the box \
+             {from_box:?}, a to b {a_to_b:?}, tables {tables:?}; after terminate (exit {:?}): ip_forward {after}, \
+             left {left:?}",
+            term.code()
+        ),
+    );
+    assert!(reached(&control, &b), "control: b must answer the host namespace: {control:?}");
+    assert!(reached(&a_to_host, &tcp(LAN_A_GATEWAY, 80)), "control: a must reach the host: {a_to_host:?}");
+    assert_eq!(forwarding, "1", "the box's traffic is forwarded");
+    assert!(reached(&from_box, &tcp(PUBLIC, 80)), "the box reaches the public address: {from_box:?}");
+    assert!(a_to_b[&b].starts_with("refused:"), "the host forwarded a to b: {a_to_b:?}");
+    assert!(term.ok(), "{term}");
+    assert_eq!(after, "0", "forwarding goes off with the last box");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A host namespace that forwards already (`ip_forward` 1) is a router on purpose: lan a reaches
+/// lan b before, while an egress box runs (and reaches the public address), and after it is
+/// terminated; `ip_forward` stays 1, and tinyrun adds no table but the box's own.
+#[test]
+fn a_host_that_forwards_keeps_forwarding() {
+    require_root_and_nft!();
+    let mut net = Net::with_forwarding("sbx_egress_router", true);
+    let a = net.lan();
+    let b = tcp(LAN_B, 80);
+    let before = net.probe_in(&a, &[b.clone()]);
+    let id = net.launch(&["--network", "egress"]);
+    let from_box = net.exec_probe(&id, &[tcp(PUBLIC, 80)]);
+    let during = net.probe_in(&a, &[b.clone()]);
+    let tables = out(&net.host, &["nft", "list", "tables"]);
+    let term = net.sandbox(&["terminate", &id]);
+    let after = net.probe_in(&a, &[b.clone()]);
+    let forwarding = ip_forward(&net.host);
+    let left = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!(
+            "a to b before: {before:?}; with the box: the box {from_box:?}, a to b {during:?}, tables {tables:?}; \
+             after terminate (exit {:?}): a to b {after:?}, ip_forward {forwarding}, left {left:?}",
+            term.code()
+        ),
+    );
+    assert!(reached(&before, &b), "control: a reaches b through a forwarding host: {before:?}");
+    assert!(reached(&from_box, &tcp(PUBLIC, 80)), "the box reaches the public address: {from_box:?}");
+    assert!(reached(&during, &b), "a box stopped the host's forwarding: {during:?}");
+    assert_eq!(tables.lines().filter(|l| !l.trim().is_empty()).count(), 1, "the box's table only: {tables}");
+    assert!(term.ok(), "{term}");
+    assert!(reached(&after, &b), "the host stopped forwarding after the box: {after:?}");
+    assert_eq!(forwarding, "1");
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

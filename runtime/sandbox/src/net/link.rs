@@ -94,15 +94,3 @@ pub(super) fn in_netns<T: Send>(netns: &File, f: impl FnOnce() -> Result<T> + Se
         .unwrap_or_else(|_| Err(Error::Network("the box's network set-up panicked".into())))
     })
 }
-
-/// Turns on IPv4 forwarding in the host's namespace if it is off: the box's
-/// packets are routed to the uplink. Never turned off again (other boxes or
-/// the host may rely on it by then).
-pub(super) fn forwarding() -> Result<()> {
-    let p = Path::new("/proc/sys/net/ipv4/ip_forward");
-    let now = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
-    if now.trim() != "1" {
-        std::fs::write(p, "1").map_err(|e| Error::io("write", p, e))?;
-    }
-    Ok(())
-}

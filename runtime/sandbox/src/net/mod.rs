@@ -13,6 +13,10 @@
 //! Per box, all derived from its id: host-side link `trb-<hash>`, table
 //! `inet tinyrun-<hash>`, and a /30 of the link range recorded under
 //! `<root>/sandbox-net/` so a crashed box's leftovers can be found again.
+//! Shared by the boxes of every root: IPv4 forwarding, on only while they
+//! need it and then only for them ([`forward`]).
+//!
+//! IPv6 is not forwarded: a box's IPv6 packets are dropped on the host.
 
 use std::fs::File;
 use std::io::Write;
@@ -231,10 +235,13 @@ struct Names {
     table: String,
 }
 
+/// What every box's host-side link name starts with.
+const LINK_PREFIX: &str = "trb-";
+
 fn names(id: &str) -> Names {
     let sum = Sha256::digest(id.as_bytes());
     let h: String = sum.iter().take(5).map(|b| format!("{b:02x}")).collect();
-    Names { host: format!("trb-{h}"), table: format!("tinyrun-{h}") }
+    Names { host: format!("{LINK_PREFIX}{h}"), table: format!("tinyrun-{h}") }
 }
 
 /// The name of the box's end of the pair, in the box's namespace.
@@ -295,11 +302,13 @@ fn refused(ip: Ipv4Addr) -> Option<Cidr> {
     REFUSED.iter().map(|&(addr, len)| Cidr { addr, len }).find(|c| c.contains(ip))
 }
 
+mod forward;
 mod link;
 mod records;
 mod rules;
 
-use link::{box_side, forwarding, host_addrs, host_side, in_netns, index_of, netlink_err, with_netlink};
+use forward::Host;
+use link::{box_side, host_addrs, host_side, in_netns, index_of, netlink_err, with_netlink};
 use records::Records;
 use rules::{nft, ruleset};
 
@@ -314,15 +323,15 @@ pub(crate) fn setup(root: &Path, id: &str, pid: i32, egress: &Egress) -> Result<
     let host = with_netlink(async |h| host_addrs(&h).await)?;
     let link = Records::new(root).allocate(egress.range, id, &host)?;
     // The rules come first: the link never exists without them.
-    nft("install the box's egress rules", &ruleset(&n, link, egress.dns, &allow))?;
-    forwarding()?;
+    Host::lock()?.install(ruleset(&n, link, egress.dns, &allow))?;
     with_netlink(async |h| host_side(h, &n, link, &netns).await)?;
     in_netns(&netns, || with_netlink(async |h| box_side(h, link).await))
 }
 
 /// Removes what [`setup`] made for box `id`: its table, its link (and with
-/// it the link's route; the box's side goes with the pair), and its record.
-/// Nothing there is fine; each part is tried even if one before failed.
+/// it the link's route; the box's side goes with the pair), and its record;
+/// forwarding goes off with the last box if tinyrun turned it on. Nothing
+/// there is fine; each part is tried even if one before failed.
 pub(crate) fn teardown(root: &Path, id: &str) -> Result<()> {
     let records = Records::new(root);
     if !records.dir.exists() {
@@ -335,12 +344,15 @@ pub(crate) fn teardown(root: &Path, id: &str) -> Result<()> {
     }
     let n = names(id);
     let table = json!({"family": "inet", "name": n.table});
+    let host = Host::lock()?;
     // Adding an existing table is a no-op: so the delete never fails for
     // want of a table.
     let rules = nft(
         "remove the box's egress rules",
         &json!({"nftables": [{"add": {"table": table}}, {"delete": {"table": table}}]}),
-    );
+    )
+    .and_then(|()| host.release_if_last());
+    drop(host);
     let link = with_netlink(async |h| match index_of(&h, &n.host).await? {
         Some(i) => match h.link().del(i).execute().await {
             Ok(()) => Ok(()),
