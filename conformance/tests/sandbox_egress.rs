@@ -16,7 +16,8 @@
 //! link; the default stays loopback only; after `run`, `terminate` and a killed
 //! supervisor (also one killed mid set-up, then the next run) no veth, nftables table or route is
 //! left; bad egress options fail with nothing left; a box whose set-up fails (no free link, rules
-//! nft refuses) does not start; a pooled egress box serves only runs with the same egress options.
+//! the kernel refuses) does not start; a pooled egress box serves only runs with the same egress
+//! options.
 //!
 //! Forwarding: the host namespace starts with `ip_forward` 0 (and gets back whatever it had when
 //! the test ends); every check of what is left includes `ip_forward` back at 0. With two more
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 use tinyrun_conformance::sandbox::{saw, wait_for, Sbx};
 use tinyrun_conformance::{kv, require_root, Out};
 
-/// Root, and `nft` (which the runtime needs for egress, and the tests to look at its tables).
+/// Root, and `nft` (the tests look at the tables with it; the runtime doesn't run it).
 macro_rules! require_root_and_nft {
     () => {
         require_root!();
@@ -660,69 +661,88 @@ fn dns_over_an_images_resolv_conf_symlink() {
     net.sb.assert_clean("runs with --dns");
 }
 
-/// The rules fail to install (an `nft` that refuses them, bound over /usr/sbin/nft in a mount
-/// namespace of this run only): the box does not start, and no link or table is left.
+/// `owner.py`: makes the nftables table `ip tinyrun` (the name of tinyrun's forward guard) with
+/// the owner flag, so that only this process's netlink socket may change it, and holds it until
+/// killed (the kernel removes an owned table with its socket); prints `ready` once it is there.
+const OWNER: &str = r#"
+import socket, struct, sys
+def msg(kind, flags, family, res, attrs=b""):
+    body = struct.pack("BBH", family, 0, socket.htons(res)) + attrs
+    return struct.pack("=IHHII", 16 + len(body), kind, flags, 0, 0) + body
+def attr(kind, data):
+    a = struct.pack("=HH", 4 + len(data), kind) + data
+    return a + b"\0" * (-len(a) % 4)
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)
+s.bind((0, 0))
+table = attr(1, b"tinyrun\0") + attr(2, struct.pack(">I", 2))
+s.send(msg(0x10, 1, 0, 10) + msg(0xa00, 1 | 4 | 0x400, 2, 0, table) + msg(0x11, 1, 0, 10))
+err = struct.unpack("=i", s.recv(4096)[16:20])[0]
+print("ready" if err == 0 else "error %d" % err, flush=True)
+sys.stdin.read()
+"#;
+
+/// The rules fail to install: the forward guard's table is held by another process (an owned
+/// table, which the kernel lets no one else change), so the box's one transaction is refused
+/// whole. The box does not start, and no link, table of its own or forwarding is left.
 #[test]
 fn a_rule_that_fails_to_install_starts_nothing() {
     require_root_and_nft!();
-    let net = Net::new("sbx_egress_nft_fails");
-    let dir = net.sb.rt.tempdir();
-    let fake = dir.join("nft");
-    fs::write(&fake, "#!/bin/sh\necho 'Error: refused by the test' >&2\nexit 1\n").expect("fake nft");
-    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let net = Net::new("sbx_egress_rules_fail");
+    let mut owner = Command::new("nsenter")
+        .arg(format!("--net={}", net.host.display()))
+        .args(["python3", "-c", OWNER])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("owner.py");
+    let mut line = String::new();
+    BufReader::new(owner.stdout.take().expect("stdout")).read_line(&mut line).expect("owner.py output");
+    let held = net.net_leftovers();
     let mut v = vec!["run"];
     v.extend(net.sb.common());
     v.extend(["--network", "egress", "--", "sh", "-c", "echo started"]);
-    let inner = net.tinyrun(&v);
-    let mut c = Command::new("unshare");
-    c.args(["-m", "--propagation", "private", "sh", "-c", "mount --bind \"$0\" /usr/sbin/nft && exec \"$@\""]);
-    c.arg(&fake).arg(inner.get_program()).args(inner.get_args());
-    for (k, val) in inner.get_envs() {
-        if let Some(val) = val {
-            c.env(k, val);
-        }
-    }
-    c.stdin(Stdio::null());
-    let o = net.sb.rt.output(c);
+    let o = net.sandbox(&v);
+    let while_held = net.net_leftovers();
+    let _ = owner.kill();
+    let _ = owner.wait();
     let left = net.net_leftovers();
     saw(
         net.sb.name,
-        format!("exit {:?}, stderr {:?}, stdout {:?}; left {left:?}", o.code(), o.stderr.trim(), o.stdout),
+        format!(
+            "owner: {:?}, held {held:?}; run: exit {:?}, stderr {:?}, stdout {:?}; left while held {while_held:?}, \
+             after {left:?}",
+            line.trim(),
+            o.code(),
+            o.stderr.trim(),
+            o.stdout
+        ),
     );
-    assert!(!o.ok() && o.stderr.contains("refused by the test"), "{o}");
+    assert_eq!(line.trim(), "ready", "the owned table was not made");
+    assert_eq!(held, ["nftables table ip tinyrun"], "only the owned table is there");
+    assert!(!o.ok() && o.stderr.contains("install the box's egress rules"), "{o}");
     assert!(!o.stdout.contains("started"), "the box ran without its rules\n{o}");
+    assert_eq!(while_held, held, "the refused run left something");
     assert!(left.is_empty(), "{left:?}");
     net.sb.assert_clean("a failed rule install");
 }
 
-/// The supervisor dies right after the rules are installed and before the link exists (an `nft`
-/// that runs the real one, then SIGKILLs its caller): the table it left is removed by the next
-/// `sandbox run`, and the box never ran.
+/// The supervisor is killed the moment the box's table is in (somewhere in set-up, or just
+/// after): the next `sandbox run` removes whatever it left, the forward guard with the table,
+/// and forwarding is off again.
 #[test]
 fn a_supervisor_killed_mid_setup_leaks_no_network() {
     require_root_and_nft!();
     let net = Net::new("sbx_egress_killed_setup");
-    let dir = net.sb.rt.tempdir();
-    let (real, fake) = (dir.join("nft.real"), dir.join("nft"));
-    fs::write(&real, "").expect("mount point");
-    let script = format!("#!/bin/sh\n{} \"$@\"\nkill -KILL $PPID\n", real.display());
-    fs::write(&fake, script).expect("fake nft");
-    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
     let mut v = vec!["run"];
     v.extend(net.sb.common());
-    v.extend(["--network", "egress", "--", "sh", "-c", "echo started"]);
-    let inner = net.tinyrun(&v);
-    let mut c = Command::new("unshare");
-    let mounts = "mount --bind /usr/sbin/nft \"$0\" && mount --bind \"$1\" /usr/sbin/nft && shift && exec \"$@\"";
-    c.args(["-m", "--propagation", "private", "sh", "-c", mounts]).arg(&real).arg(&fake);
-    c.arg(inner.get_program()).args(inner.get_args());
-    for (k, val) in inner.get_envs() {
-        if let Some(val) = val {
-            c.env(k, val);
-        }
-    }
-    c.stdin(Stdio::null());
-    let o = net.sb.rt.output(c);
+    v.extend(["--network", "egress", "--", "sleep", "60"]);
+    let running = net.sb.rt.spawn_cmd(net.tinyrun(&v));
+    let table = || out(&net.host, &["nft", "list", "tables"]).contains("inet tinyrun-");
+    wait_for("the box's table", 20, table);
+    let pid = nix::unistd::Pid::from_raw(running.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).expect("kill");
+    let killed = running.wait();
     let after_kill = net.net_leftovers();
     let mut next = vec!["run"];
     next.extend(net.sb.common());
@@ -732,15 +752,13 @@ fn a_supervisor_killed_mid_setup_leaks_no_network() {
     saw(
         net.sb.name,
         format!(
-            "killed run: {:?} stdout {:?}; left then: {after_kill:?}; next run exit {:?}; left: {after:?}",
-            o.code(),
-            o.stdout,
+            "killed run: {:?}; left then: {after_kill:?}; next run exit {:?}; left: {after:?}",
+            killed.code(),
             n.code()
         ),
     );
-    assert!(!o.ok() && !o.stdout.contains("started"), "{o}");
+    assert!(!killed.ok(), "the run was not killed: {killed}");
     assert!(after_kill.iter().any(|l| l.starts_with("nftables")), "the rules were installed: {after_kill:?}");
-    assert!(!after_kill.iter().any(|l| l.starts_with("link")), "the link came after the kill: {after_kill:?}");
     assert!(n.ok(), "{n}");
     assert!(after.is_empty(), "a killed set-up's networking left behind: {after:?}");
     net.sb.assert_clean("a set-up killed, then a run");

@@ -17,6 +17,7 @@
 //! table, and that removal turns forwarding off as a terminate does. One
 //! host-wide lock orders these decisions between sandbox commands.
 
+use super::nft::{self, Cmd, Expr, Family, Hook, Meta, Verdict};
 use super::*;
 
 /// The guard's table, family `ip`: IPv6 forwarding is the host's affair
@@ -51,19 +52,16 @@ impl Host {
         Ok(Host { _lock: lock })
     }
 
-    /// Installs a box's table (`rules`, an nftables transaction) and makes
-    /// sure its packets are forwarded: if forwarding is off, the guard goes
-    /// into the same transaction and forwarding is turned on after it, so
-    /// the host never forwards without the guard.
-    pub(super) fn install(&self, rules: Value) -> Result<()> {
+    /// Installs a box's table (`rules`, one nftables transaction) and
+    /// makes sure its packets are forwarded: if forwarding is off, the
+    /// guard goes into the same transaction and forwarding is turned on
+    /// after it, so the host never forwards without the guard.
+    pub(super) fn install(&self, mut rules: Vec<Cmd>) -> Result<()> {
         let off = !forwarding()?;
-        let mut rules = rules;
         if off {
-            if let Some(cmds) = rules["nftables"].as_array_mut() {
-                cmds.extend(guard());
-            }
+            rules.extend(guard());
         }
-        nft("install the box's egress rules", &rules)?;
+        rules::apply("install the box's egress rules", &rules)?;
         if off {
             set_forwarding(true)?;
         }
@@ -75,15 +73,14 @@ impl Host {
     /// removes the guard (in that order: a crash between the two leaves a
     /// host that forwards nothing).
     pub(super) fn release_if_last(&self) -> Result<()> {
-        let tables = tables()?;
-        let guarded = tables.iter().any(|(family, name)| family == "ip" && name == GUARD);
-        let boxes = tables.iter().any(|(family, name)| family == "inet" && is_box_table(name));
+        let tables = nft::tables().map_err(|e| Error::Network(format!("list nftables tables: {e}")))?;
+        let guarded = tables.iter().any(|(family, name)| *family == Family::Ip as u8 && name == GUARD);
+        let boxes = tables.iter().any(|(family, name)| *family == Family::Inet as u8 && is_box_table(name));
         if !guarded || boxes {
             return Ok(());
         }
         set_forwarding(false)?;
-        let table = json!({"family": "ip", "name": GUARD});
-        nft("remove the forward guard", &json!({"nftables": [{"delete": {"table": table}}]}))
+        rules::apply("remove the forward guard", &[Cmd::DelTable(Family::Ip, GUARD.into())])
     }
 }
 
@@ -95,45 +92,22 @@ fn is_box_table(name: &str) -> bool {
 /// The guard, as nftables commands that replace any leftover of it: a
 /// forward chain whose policy is drop, passing what comes from or goes to
 /// a box's link. What passes is still the boxes' own tables' to judge.
-fn guard() -> Vec<Value> {
-    let table = json!({"family": "ip", "name": GUARD});
-    let chain = json!({"family": "ip", "table": GUARD, "name": "forward", "type": "filter", "hook": "forward",
-        "prio": 0, "policy": "drop"});
-    // nft reads a trailing `*` as "any name with this prefix".
-    let link = format!("{}*", LINK_PREFIX);
-    let pass = |key: &str| {
-        json!({"add": {"rule": {"family": "ip", "table": GUARD, "chain": "forward",
-            "expr": [rules::is(rules::meta(key), json!(link)), {"accept": null}]}}})
+fn guard() -> Vec<Cmd> {
+    let (family, table) = (Family::Ip, GUARD.to_string());
+    let hook = Hook { kind: "filter", hook: nft::NF_INET_FORWARD, prio: 0, policy: Verdict::Drop };
+    let pass = |key| {
+        let mut exprs = rules::ifname_prefix(key, LINK_PREFIX);
+        exprs.push(Expr::Verdict(Verdict::Accept));
+        Cmd::AddRule { family, table: table.clone(), chain: "forward", exprs }
     };
     vec![
-        json!({"add": {"table": table}}),
-        json!({"delete": {"table": table}}),
-        json!({"add": {"table": table}}),
-        json!({"add": {"chain": chain}}),
-        pass("iifname"),
-        pass("oifname"),
+        Cmd::AddTable(family, table.clone()),
+        Cmd::DelTable(family, table.clone()),
+        Cmd::AddTable(family, table.clone()),
+        Cmd::AddChain { family, table: table.clone(), name: "forward", hook: Some(hook) },
+        pass(Meta::IifName),
+        pass(Meta::OifName),
     ]
-}
-
-/// Every nftables table in the host's namespace: (family, name).
-fn tables() -> Result<Vec<(String, String)>> {
-    let bin = rules::nft_bin()?;
-    let out = Command::new(bin)
-        .args(["-j", "list", "tables"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::io("run", bin, e))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(Error::Network(format!("list nftables tables: nft failed ({}): {}", out.status, err.trim())));
-    }
-    let all: Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| Error::Network(format!("list nftables tables: nft's output: {e}")))?;
-    let items = all["nftables"].as_array().map(Vec::as_slice).unwrap_or_default();
-    Ok(items
-        .iter()
-        .filter_map(|i| Some((i["table"]["family"].as_str()?.to_string(), i["table"]["name"].as_str()?.to_string())))
-        .collect())
 }
 
 fn forwarding() -> Result<bool> {
@@ -159,9 +133,25 @@ mod tests {
 
     #[test]
     fn the_guard_passes_box_links_only_and_drops_the_rest() {
-        let text = Value::Array(guard()).to_string();
-        assert!(text.contains("\"policy\":\"drop\"") && text.contains("\"hook\":\"forward\""), "{text}");
-        assert!(text.contains("\"trb-*\"") && text.contains("iifname") && text.contains("oifname"), "{text}");
+        let g = guard();
+        let hook = g.iter().find_map(|c| match c {
+            Cmd::AddChain { hook: Some(h), .. } => Some(*h),
+            _ => None,
+        });
+        let hook = hook.expect("a base chain");
+        assert_eq!((hook.hook, hook.policy), (nft::NF_INET_FORWARD, Verdict::Drop));
+        let rules: Vec<&Vec<Expr>> = g
+            .iter()
+            .filter_map(|c| match c {
+                Cmd::AddRule { exprs, .. } => Some(exprs),
+                _ => None,
+            })
+            .collect();
+        let prefix = Expr::Eq(b"trb-".to_vec());
+        for (rule, key) in rules.iter().zip([Meta::IifName, Meta::OifName]) {
+            assert_eq!(**rule, vec![Expr::Meta(key), prefix.clone(), Expr::Verdict(Verdict::Accept)]);
+        }
+        assert_eq!(rules.len(), 2);
         assert!(names("x").host.starts_with(LINK_PREFIX));
     }
 }
