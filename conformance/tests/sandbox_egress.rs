@@ -821,7 +821,8 @@ fn ipv6_from_the_box_reaches_nothing() {
 /// through it. An egress box needs forwarding and gets it: while the box runs, `ip_forward` is 1
 /// and the box reaches the public address, yet lan a still does not reach lan b through the host
 /// (only the boxes' traffic is forwarded). Once the box is terminated, `ip_forward` is 0 again
-/// and no table is left. Controls: b answers the host namespace, a reaches the host.
+/// and no table is left, not even the empty guard table a crash left before the box. Controls: b
+/// answers the host namespace, a reaches the host.
 #[test]
 fn egress_does_not_make_the_host_a_router() {
     require_root_and_nft!();
@@ -830,6 +831,8 @@ fn egress_does_not_make_the_host_a_router() {
     let b = tcp(LAN_B, 80);
     let control = net.control(&[b.clone()]);
     let a_to_host = net.probe_in(&a, &[tcp(LAN_A_GATEWAY, 80)]);
+    // A guard left by a crash between turning forwarding off and removing the guard: replaced.
+    sh(&net.host, "nft add table ip tinyrun");
     let id = net.launch(&["--network", "egress"]);
     let forwarding = ip_forward(&net.host);
     let from_box = net.exec_probe(&id, &[tcp(PUBLIC, 80)]);

@@ -31,9 +31,10 @@ const LOCK: &str = "/run/tinyrun-egress.lock";
 
 const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
-/// The host-wide lock, held while it lives.
+/// The host-wide lock, held while it lives, and a netfilter socket.
 pub(super) struct Host {
     _lock: Flock<File>,
+    nft: nft::Nft,
 }
 
 impl Host {
@@ -49,19 +50,36 @@ impl Host {
             .map_err(|e| Error::io("open", path, e))?;
         let lock =
             Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| Error::io("lock", path, e.into()))?;
-        Ok(Host { _lock: lock })
+        let nft = nft::Nft::open().map_err(|e| Error::Network(format!("netfilter socket: {e}")))?;
+        Ok(Host { _lock: lock, nft })
+    }
+
+    /// Applies one transaction; `what` names it in the error.
+    pub(super) fn apply(&mut self, what: &str, cmds: &[Cmd]) -> Result<()> {
+        self.nft.apply(cmds).map_err(|e| Error::Network(format!("{what}: nftables: {e}")))
+    }
+
+    fn guarded(&mut self) -> Result<(bool, bool)> {
+        let tables = self.nft.tables().map_err(|e| Error::Network(format!("list nftables tables: {e}")))?;
+        let guarded = tables.iter().any(|(family, name)| *family == Family::Ip as u8 && name == GUARD);
+        let boxes = tables.iter().any(|(family, name)| *family == Family::Inet as u8 && is_box_table(name));
+        Ok((guarded, boxes))
     }
 
     /// Installs a box's table (`rules`, one nftables transaction) and
     /// makes sure its packets are forwarded: if forwarding is off, the
-    /// guard goes into the same transaction and forwarding is turned on
-    /// after it, so the host never forwards without the guard.
-    pub(super) fn install(&self, mut rules: Vec<Cmd>) -> Result<()> {
+    /// guard goes into the same transaction (replacing a leftover of it)
+    /// and forwarding is turned on after it, so the host never forwards
+    /// without the guard.
+    pub(super) fn install(&mut self, mut rules: Vec<Cmd>) -> Result<()> {
         let off = !forwarding()?;
         if off {
+            if self.guarded()?.0 {
+                rules.push(Cmd::DelTable(Family::Ip, GUARD.into()));
+            }
             rules.extend(guard());
         }
-        rules::apply("install the box's egress rules", &rules)?;
+        self.apply("install the box's egress rules", &rules)?;
         if off {
             set_forwarding(true)?;
         }
@@ -72,15 +90,13 @@ impl Host {
     /// guard is there) and no box's table is left, turns it off, then
     /// removes the guard (in that order: a crash between the two leaves a
     /// host that forwards nothing).
-    pub(super) fn release_if_last(&self) -> Result<()> {
-        let tables = nft::tables().map_err(|e| Error::Network(format!("list nftables tables: {e}")))?;
-        let guarded = tables.iter().any(|(family, name)| *family == Family::Ip as u8 && name == GUARD);
-        let boxes = tables.iter().any(|(family, name)| *family == Family::Inet as u8 && is_box_table(name));
+    pub(super) fn release_if_last(&mut self) -> Result<()> {
+        let (guarded, boxes) = self.guarded()?;
         if !guarded || boxes {
             return Ok(());
         }
         set_forwarding(false)?;
-        rules::apply("remove the forward guard", &[Cmd::DelTable(Family::Ip, GUARD.into())])
+        self.apply("remove the forward guard", &[Cmd::DelTable(Family::Ip, GUARD.into())])
     }
 }
 
@@ -89,8 +105,7 @@ fn is_box_table(name: &str) -> bool {
     name.strip_prefix("tinyrun-").is_some_and(|h| h.len() == 10 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// The guard, as nftables commands that replace any leftover of it: a
-/// forward chain whose policy is drop, passing what comes from or goes to
+/// The guard, as nftables commands: a forward chain whose policy is drop, passing what comes from or goes to
 /// a box's link. What passes is still the boxes' own tables' to judge.
 fn guard() -> Vec<Cmd> {
     let (family, table) = (Family::Ip, GUARD.to_string());
@@ -101,9 +116,7 @@ fn guard() -> Vec<Cmd> {
         Cmd::AddRule { family, table: table.clone(), chain: "forward", exprs }
     };
     vec![
-        Cmd::AddTable(family, table.clone()),
-        Cmd::DelTable(family, table.clone()),
-        Cmd::AddTable(family, table.clone()),
+        Cmd::NewTable(family, table.clone()),
         Cmd::AddChain { family, table: table.clone(), name: "forward", hook: Some(hook) },
         pass(Meta::IifName),
         pass(Meta::OifName),

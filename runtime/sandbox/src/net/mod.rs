@@ -342,14 +342,14 @@ pub(crate) fn teardown(root: &Path, id: &str) -> Result<()> {
         return Ok(());
     }
     let n = names(id);
-    let host = Host::lock()?;
+    let mut host = Host::lock()?;
     // Adding an existing table is a no-op: so the delete never fails for
     // want of a table.
     let table = || (nft::Family::Inet, n.table.clone());
     let (add, del) = (nft::Cmd::AddTable(table().0, table().1), nft::Cmd::DelTable(table().0, table().1));
-    let rules = rules::apply("remove the box's egress rules", &[add, del]).and_then(|()| host.release_if_last());
-    drop(host);
+    let rules = host.apply("remove the box's egress rules", &[add, del]);
     let link = Route::open().and_then(|mut r| r.delete(&n.host));
+    let rules = rules.and_then(|()| host.release_if_last());
     rules?;
     link?;
     for p in mine {

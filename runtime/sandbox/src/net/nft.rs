@@ -88,6 +88,8 @@ pub(super) enum Expr {
 pub(super) enum Cmd {
     /// Makes the table if it isn't there (no error if it is).
     AddTable(Family, String),
+    /// Makes the table; it is an error if it is there.
+    NewTable(Family, String),
     DelTable(Family, String),
     AddChain {
         family: Family,
@@ -123,28 +125,60 @@ fn msg_type(msg: u16) -> u16 {
     (NFNL_SUBSYS_NFTABLES << 8) | msg
 }
 
-/// Applies `cmds` as one transaction: all of it, or none.
-pub(super) fn apply(cmds: &[Cmd]) -> nix::Result<()> {
-    let (bytes, acks) = encode(cmds);
-    Netlink::open(netlink::NETLINK_NETFILTER)?.request(&bytes, acks)
-}
+/// A netfilter socket of the calling thread's network namespace.
+///
+/// Closing one while a transaction's removals (a box's table) are still to
+/// be freed waits for the kernel to free them, an RCU grace period of
+/// several milliseconds: on the release of any netfilter socket the kernel
+/// flushes its pending destroy work. So a dropped socket is not closed but
+/// parked, and closed when the next one is opened (before that one's
+/// transaction) or when the process exits, by when the work has run.
+pub(super) struct Nft(Option<Netlink>);
 
-/// Every table in the calling thread's network namespace: (family, name).
-pub(super) fn tables() -> nix::Result<Vec<(u8, String)>> {
-    let mut w = Writer::default();
-    w.begin(msg_type(NFT_MSG_GETTABLE), netlink::NLM_F_REQUEST | netlink::NLM_F_DUMP, &nfgen(0, 0));
-    w.end();
-    let replies = Netlink::open(netlink::NETLINK_NETFILTER)?.fetch(&w.buf)?;
-    let mut out = Vec::new();
-    for m in replies {
-        let family = *m.get(16).ok_or(Errno::EBADMSG)?;
-        const NFTA_TABLE_NAME: u16 = 1;
-        if let Some((_, name)) = netlink::attrs(&m, 4).find(|(k, _)| *k == NFTA_TABLE_NAME) {
-            let name = name.strip_suffix(&[0]).unwrap_or(name);
-            out.push((family, String::from_utf8_lossy(name).into_owned()));
+static PARKED: std::sync::Mutex<Option<Netlink>> = std::sync::Mutex::new(None);
+
+impl Drop for Nft {
+    fn drop(&mut self) {
+        if let (Some(sock), Ok(mut parked)) = (self.0.take(), PARKED.lock()) {
+            *parked = Some(sock);
         }
     }
-    Ok(out)
+}
+
+impl Nft {
+    pub(super) fn open() -> nix::Result<Nft> {
+        if let Ok(mut parked) = PARKED.lock() {
+            parked.take();
+        }
+        Netlink::open(netlink::NETLINK_NETFILTER).map(|s| Nft(Some(s)))
+    }
+
+    fn sock(&mut self) -> nix::Result<&mut Netlink> {
+        self.0.as_mut().ok_or(Errno::EBADF)
+    }
+
+    /// Applies `cmds` as one transaction: all of it, or none.
+    pub(super) fn apply(&mut self, cmds: &[Cmd]) -> nix::Result<()> {
+        let (bytes, acks) = encode(cmds);
+        self.sock()?.request(&bytes, acks)
+    }
+
+    /// Every table: (family, name).
+    pub(super) fn tables(&mut self) -> nix::Result<Vec<(u8, String)>> {
+        const NFTA_TABLE_NAME: u16 = 1;
+        let mut w = Writer::default();
+        w.begin(msg_type(NFT_MSG_GETTABLE), netlink::NLM_F_REQUEST | netlink::NLM_F_DUMP, &nfgen(0, 0));
+        w.end();
+        let mut out = Vec::new();
+        for m in self.sock()?.fetch(&w.buf)? {
+            let family = *m.get(16).ok_or(Errno::EBADMSG)?;
+            if let Some((_, name)) = netlink::attrs(&m, 4).find(|(k, _)| *k == NFTA_TABLE_NAME) {
+                let name = name.strip_suffix(&[0]).unwrap_or(name);
+                out.push((family, String::from_utf8_lossy(name).into_owned()));
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The batch's bytes, and how many of its messages are acknowledged.
@@ -156,9 +190,10 @@ fn encode(cmds: &[Cmd]) -> (Vec<u8>, usize) {
     for c in cmds {
         let ack = NLM_F_REQUEST | NLM_F_ACK;
         match c {
-            Cmd::AddTable(f, name) | Cmd::DelTable(f, name) => {
+            Cmd::AddTable(f, name) | Cmd::NewTable(f, name) | Cmd::DelTable(f, name) => {
                 let (kind, flags) = match c {
                     Cmd::AddTable(..) => (NFT_MSG_NEWTABLE, ack | NLM_F_CREATE),
+                    Cmd::NewTable(..) => (NFT_MSG_NEWTABLE, ack | NLM_F_CREATE | netlink::NLM_F_EXCL),
                     _ => (NFT_MSG_DELTABLE, ack),
                 };
                 w.begin(msg_type(kind), flags, &nfgen(*f as u8, 0));

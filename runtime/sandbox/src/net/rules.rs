@@ -88,8 +88,8 @@ const ACCEPT: Expr = Expr::Verdict(Verdict::Accept);
 const DROP: Expr = Expr::Verdict(Verdict::Drop);
 
 /// The whole transaction that sets up box `n`'s table: all of it or none.
-/// Adding, deleting and adding the table again replaces a leftover of the
-/// same name.
+/// A table of the same name already there is an error (ids are new, and a
+/// box's table is never replaced: that would be another box's).
 ///
 /// - input: from the box, nothing reaches the host itself (its veth
 ///   address, its uplink address, any of its addresses), except port 53 of
@@ -106,9 +106,7 @@ pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[All
         hook: hook.map(|(kind, hook, prio)| Hook { kind, hook, prio, policy: Verdict::Accept }),
     };
     let mut cmds = vec![
-        Cmd::AddTable(family, table.clone()),
-        Cmd::DelTable(family, table.clone()),
-        Cmd::AddTable(family, table.clone()),
+        Cmd::NewTable(family, table.clone()),
         chain("input", Some(("filter", nft::NF_INET_LOCAL_IN, -10))),
         chain("forward", Some(("filter", nft::NF_INET_FORWARD, -10))),
         chain("egress", None),
@@ -156,9 +154,4 @@ pub(super) fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed])
         rules.push(vec![Expr::Reject]);
     }
     rules
-}
-
-/// Applies one transaction; `what` names it in the error.
-pub(super) fn apply(what: &str, cmds: &[Cmd]) -> Result<()> {
-    nft::apply(cmds).map_err(|e| Error::Network(format!("{what}: nftables: {e}")))
 }
