@@ -829,14 +829,14 @@ fn egress_does_not_make_the_host_a_router() {
     let mut net = Net::new("sbx_egress_no_router");
     let a = net.lan();
     let b = tcp(LAN_B, 80);
-    let control = net.control(&[b.clone()]);
+    let control = net.control(std::slice::from_ref(&b));
     let a_to_host = net.probe_in(&a, &[tcp(LAN_A_GATEWAY, 80)]);
     // A guard left by a crash between turning forwarding off and removing the guard: replaced.
     sh(&net.host, "nft add table ip tinyrun");
     let id = net.launch(&["--network", "egress"]);
     let forwarding = ip_forward(&net.host);
     let from_box = net.exec_probe(&id, &[tcp(PUBLIC, 80)]);
-    let a_to_b = net.probe_in(&a, &[b.clone()]);
+    let a_to_b = net.probe_in(&a, std::slice::from_ref(&b));
     let tables = out(&net.host, &["nft", "list", "tables"]);
     let term = net.sandbox(&["terminate", &id]);
     let after = ip_forward(&net.host);
@@ -869,13 +869,13 @@ fn a_host_that_forwards_keeps_forwarding() {
     let mut net = Net::with_forwarding("sbx_egress_router", true);
     let a = net.lan();
     let b = tcp(LAN_B, 80);
-    let before = net.probe_in(&a, &[b.clone()]);
+    let before = net.probe_in(&a, std::slice::from_ref(&b));
     let id = net.launch(&["--network", "egress"]);
     let from_box = net.exec_probe(&id, &[tcp(PUBLIC, 80)]);
-    let during = net.probe_in(&a, &[b.clone()]);
+    let during = net.probe_in(&a, std::slice::from_ref(&b));
     let tables = out(&net.host, &["nft", "list", "tables"]);
     let term = net.sandbox(&["terminate", &id]);
-    let after = net.probe_in(&a, &[b.clone()]);
+    let after = net.probe_in(&a, std::slice::from_ref(&b));
     let forwarding = ip_forward(&net.host);
     let left = net.net_leftovers();
     saw(

@@ -64,7 +64,7 @@ impl Netlink {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => return Err(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))),
             };
-            let mut rest = &self.buf[..n];
+            let mut rest = &self.buf[..n.min(self.buf.len())];
             while rest.len() >= HEADER {
                 let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
                 if len < HEADER || len > rest.len() {
