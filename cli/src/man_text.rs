@@ -24,7 +24,8 @@ const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): san
      each box with --network egress, one file per box, named by its first address) and sandbox-reaper.lock (held \
      by the root's reaper while it runs). /etc/subuid and /etc/subgid are read so no box gets a range listed \
      there. With --network egress, the box's host-side link trb-<hash> and nftables table inet tinyrun-<hash> \
-     live in the host's network namespace.";
+     live in the host's network namespace, with the forward guard ip tinyrun while tinyrun keeps \
+     net.ipv4.ip_forward on for its boxes; /run/tinyrun-egress.lock orders their changes between state roots.";
 
 const SANDBOX_STATUS: &str = "The command's exit status, or 128+N if signal N killed it (or stopped tinyrun, \
      which then killed the command); 124 if the time limit \

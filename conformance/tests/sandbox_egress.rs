@@ -16,7 +16,13 @@
 //! link; the default stays loopback only; after `run`, `terminate` and a killed
 //! supervisor (also one killed mid set-up, then the next run) no veth, nftables table or route is
 //! left; bad egress options fail with nothing left; a box whose set-up fails (no free link, rules
-//! nft refuses) does not start; a pooled egress box serves only runs with the same egress options.
+//! the kernel refuses) does not start; a pooled egress box serves only runs with the same egress
+//! options.
+//!
+//! Forwarding: the host namespace starts with `ip_forward` 0 (and gets back whatever it had when
+//! the test ends); every check of what is left includes `ip_forward` back at 0. With two more
+//! namespaces routed through the host (lan a and lan b), an egress box does not make the host
+//! forward a to b, and a host that forwards already keeps forwarding, during and after a box.
 //!
 //! Each test prints `SANDBOX <name>: <what it saw>` before it asserts.
 
@@ -31,7 +37,7 @@ use std::time::{Duration, Instant};
 use tinyrun_conformance::sandbox::{saw, wait_for, Sbx};
 use tinyrun_conformance::{kv, require_root, Out};
 
-/// Root, and `nft` (which the runtime needs for egress, and the tests to look at its tables).
+/// Root, and `nft` (the tests look at the tables with it; the runtime doesn't run it).
 macro_rules! require_root_and_nft {
     () => {
         require_root!();
@@ -51,6 +57,9 @@ const RESOLVER: &str = "10.55.0.53";
 /// first /30).
 const HOST_UPLINK: &str = "203.0.113.2";
 const GATEWAY: &str = "169.254.64.1";
+/// lan b's address, and the host namespace's address on lan a's link (see [`Net::lan`]).
+const LAN_B: &str = "10.201.2.2";
+const LAN_A_GATEWAY: &str = "10.201.1.1";
 
 /// `server.py UDPADDR PORT...`: serves HTTP on each PORT (all addresses; `6:PORT` on IPv6), answering `hello from
 /// <address> to <client's address>`, and echoes UDP on UDPADDR:53 (bound to that address, so replies come from it);
@@ -112,8 +121,19 @@ struct Net {
     host: PathBuf,
     internet: PathBuf,
     probe: PathBuf,
+    server: PathBuf,
     servers: Vec<Child>,
+    /// The host namespace's `net.ipv4.ip_forward` as the test set it, and as it found it (put back on drop).
+    forwarding: bool,
+    forwarding_found: Option<String>,
     sb: Sbx,
+}
+
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// Reads `net.ipv4.ip_forward` of namespace `ns` (/proc/sys/net is the reader's namespace's).
+fn ip_forward(ns: &Path) -> String {
+    out(ns, &["cat", IP_FORWARD]).trim().to_string()
 }
 
 fn sh(ns: &Path, cmd: &str) {
@@ -129,7 +149,12 @@ fn out(ns: &Path, args: &[&str]) -> String {
 }
 
 impl Net {
+    /// The topology, with forwarding off in the host namespace, as on a host that is not a router.
     fn new(name: &'static str) -> Net {
+        Net::with_forwarding(name, false)
+    }
+
+    fn with_forwarding(name: &'static str, forwarding: bool) -> Net {
         let sb = Sbx::new(name);
         let (host, _) = sb.rt.bound_netns();
         let (internet, _) = sb.rt.bound_netns();
@@ -139,7 +164,10 @@ impl Net {
         fs::write(&probe, PROBE).expect("probe");
         let server = dir.join("server.py");
         fs::write(&server, SERVER).expect("server");
-        let mut net = Net { host, internet, probe, servers: Vec::new(), sb };
+        let mut net =
+            Net { host, internet, probe, server, servers: Vec::new(), forwarding, forwarding_found: None, sb };
+        net.forwarding_found = Some(ip_forward(&net.host));
+        sh(&net.host, &format!("echo {} > {IP_FORWARD}", u8::from(forwarding)));
         let (h, i) = (net.host.display().to_string(), net.internet.display().to_string());
         sh(
             &net.host,
@@ -156,16 +184,20 @@ impl Net {
             &net.internet,
             &format!("ip link set lo up; ip addr add 203.0.113.1/24 dev inet0; ip link set inet0 up; {adds}"),
         );
-        for (ns, args) in [(&h, [HOST_UPLINK, "80", "6:8081"]), (&i, [RESOLVER, "80", "8080"])] {
-            let mut c = Command::new("nsenter");
-            c.arg(format!("--net={ns}")).arg("python3").arg(&server).args(args);
-            let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server");
-            let mut line = String::new();
-            BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("server output");
-            net.servers.push(child);
-            assert_eq!(line.trim(), "ready", "the test server in {ns} did not start");
-        }
+        net.serve(&h, &[HOST_UPLINK, "80", "6:8081"]);
+        net.serve(&i, &[RESOLVER, "80", "8080"]);
         net
+    }
+
+    /// Starts `server.py ARGS` in namespace `ns` and waits until it serves.
+    fn serve(&mut self, ns: &str, args: &[&str]) {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={ns}")).arg("python3").arg(&self.server).args(args);
+        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("server output");
+        self.servers.push(child);
+        assert_eq!(line.trim(), "ready", "the test server in {ns} did not start");
     }
 
     /// `tinyrun --root R sandbox ARGS...` in the host namespace.
@@ -203,18 +235,74 @@ impl Net {
 
     /// The same probe from the host namespace itself: the control.
     fn control(&self, targets: &[String]) -> BTreeMap<String, String> {
-        let mut args = vec!["python3", self.probe.to_str().expect("utf-8")];
-        args.extend(targets.iter().map(String::as_str));
-        kv(&out(&self.host, &args))
+        self.probe_in(&self.host, targets)
     }
 
-    /// What of the boxes' networking is in the host namespace: links other than lo and up0,
-    /// nftables tables, and routes other than the uplink's two.
+    /// The probe run in namespace `ns`.
+    fn probe_in(&self, ns: &Path, targets: &[String]) -> BTreeMap<String, String> {
+        let mut args = vec!["python3", self.probe.to_str().expect("utf-8")];
+        args.extend(targets.iter().map(String::as_str));
+        kv(&out(ns, &args))
+    }
+
+    /// Two more namespaces, lan a and lan b, each linked to the host namespace by a veth (`lana`,
+    /// `lanb` on the host's side; 10.201.1.0/24 and 10.201.2.0/24) with its default route via the
+    /// host; b serves HTTP on [`LAN_B`]. a reaches b only if the host forwards between them.
+    /// Returns a.
+    fn lan(&mut self) -> PathBuf {
+        let (a, _) = self.sb.rt.bound_netns();
+        let (b, _) = self.sb.rt.bound_netns();
+        for (ns, side, net) in [(&a, "a", 1), (&b, "b", 2)] {
+            sh(
+                &self.host,
+                &format!(
+                    "ip link add lan{side} type veth peer name lan0; exec 9<{}; ip link set lan0 netns \
+                     /proc/self/fd/9; ip addr add 10.201.{net}.1/24 dev lan{side}; ip link set lan{side} up",
+                    ns.display()
+                ),
+            );
+            sh(
+                ns,
+                &format!(
+                    "ip link set lo up; ip addr add 10.201.{net}.2/24 dev lan0; ip link set lan0 up; \
+                     ip route add default via 10.201.{net}.1"
+                ),
+            );
+        }
+        self.serve(&b.display().to_string(), &[LAN_B, "80"]);
+        a
+    }
+
+    /// `sandbox launch OPTS` with a lifetime a loaded host can't run out: the box's id.
+    fn launch(&self, opts: &[&str]) -> String {
+        let mut v = vec!["launch"];
+        v.extend(self.sb.common());
+        v.extend(["--lifetime", "10m"]);
+        v.extend_from_slice(opts);
+        let o = self.sandbox(&v);
+        assert!(o.ok(), "{o}");
+        o.stdout.trim().to_string()
+    }
+
+    /// The probe run in launched box `id`.
+    fn exec_probe(&self, id: &str, targets: &[String]) -> BTreeMap<String, String> {
+        let mut v = vec!["exec", id, "--", "python3", "-c", PROBE];
+        v.extend(targets.iter().map(String::as_str));
+        kv(&self.sandbox(&v).stdout)
+    }
+
+    /// What of the boxes' networking is in the host namespace: links other than lo, up0 and the
+    /// LAN's (`lan*`), nftables tables, routes other than the uplink's two and the LAN's, and
+    /// `ip_forward` if it is not as the test set it.
     fn net_leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();
+        let forwarding = ip_forward(&self.host);
+        if forwarding != u8::from(self.forwarding).to_string() {
+            left.push(format!("ip_forward {forwarding}"));
+        }
         for l in out(&self.host, &["ip", "-o", "link", "show"]).lines() {
             let name = l.split(':').nth(1).unwrap_or("").trim().split('@').next().unwrap_or("").to_string();
-            if name != "lo" && name != "up0" {
+            if name != "lo" && name != "up0" && !name.starts_with("lan") {
                 left.push(format!("link {name}"));
             }
         }
@@ -224,6 +312,7 @@ impl Net {
         for r in out(&self.host, &["ip", "-4", "route", "show", "table", "all"]).lines() {
             let ours = r.starts_with("default via 203.0.113.1 dev up0")
                 || r.starts_with("203.0.113.0/24 dev up0")
+                || r.contains(" dev lan")
                 || r.contains("table local");
             if !ours {
                 left.push(format!("route {r}"));
@@ -248,6 +337,12 @@ impl Drop for Net {
         for s in &mut self.servers {
             let _ = s.kill();
             let _ = s.wait();
+        }
+        if let Some(v) = &self.forwarding_found {
+            let _ = Command::new("nsenter")
+                .arg(format!("--net={}", self.host.display()))
+                .args(["sh", "-c", &format!("echo {v} > {IP_FORWARD}")])
+                .status();
         }
     }
 }
@@ -566,69 +661,88 @@ fn dns_over_an_images_resolv_conf_symlink() {
     net.sb.assert_clean("runs with --dns");
 }
 
-/// The rules fail to install (an `nft` that refuses them, bound over /usr/sbin/nft in a mount
-/// namespace of this run only): the box does not start, and no link or table is left.
+/// `owner.py`: makes the nftables table `ip tinyrun` (the name of tinyrun's forward guard) with
+/// the owner flag, so that only this process's netlink socket may change it, and holds it until
+/// killed (the kernel removes an owned table with its socket); prints `ready` once it is there.
+const OWNER: &str = r#"
+import socket, struct, sys
+def msg(kind, flags, family, res, attrs=b""):
+    body = struct.pack("BBH", family, 0, socket.htons(res)) + attrs
+    return struct.pack("=IHHII", 16 + len(body), kind, flags, 0, 0) + body
+def attr(kind, data):
+    a = struct.pack("=HH", 4 + len(data), kind) + data
+    return a + b"\0" * (-len(a) % 4)
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)
+s.bind((0, 0))
+table = attr(1, b"tinyrun\0") + attr(2, struct.pack(">I", 2))
+s.send(msg(0x10, 1, 0, 10) + msg(0xa00, 1 | 4 | 0x400, 2, 0, table) + msg(0x11, 1, 0, 10))
+err = struct.unpack("=i", s.recv(4096)[16:20])[0]
+print("ready" if err == 0 else "error %d" % err, flush=True)
+sys.stdin.read()
+"#;
+
+/// The rules fail to install: the forward guard's table is held by another process (an owned
+/// table, which the kernel lets no one else change), so the box's one transaction is refused
+/// whole. The box does not start, and no link, table of its own or forwarding is left.
 #[test]
 fn a_rule_that_fails_to_install_starts_nothing() {
     require_root_and_nft!();
-    let net = Net::new("sbx_egress_nft_fails");
-    let dir = net.sb.rt.tempdir();
-    let fake = dir.join("nft");
-    fs::write(&fake, "#!/bin/sh\necho 'Error: refused by the test' >&2\nexit 1\n").expect("fake nft");
-    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let net = Net::new("sbx_egress_rules_fail");
+    let mut owner = Command::new("nsenter")
+        .arg(format!("--net={}", net.host.display()))
+        .args(["python3", "-c", OWNER])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("owner.py");
+    let mut line = String::new();
+    BufReader::new(owner.stdout.take().expect("stdout")).read_line(&mut line).expect("owner.py output");
+    let held = net.net_leftovers();
     let mut v = vec!["run"];
     v.extend(net.sb.common());
     v.extend(["--network", "egress", "--", "sh", "-c", "echo started"]);
-    let inner = net.tinyrun(&v);
-    let mut c = Command::new("unshare");
-    c.args(["-m", "--propagation", "private", "sh", "-c", "mount --bind \"$0\" /usr/sbin/nft && exec \"$@\""]);
-    c.arg(&fake).arg(inner.get_program()).args(inner.get_args());
-    for (k, val) in inner.get_envs() {
-        if let Some(val) = val {
-            c.env(k, val);
-        }
-    }
-    c.stdin(Stdio::null());
-    let o = net.sb.rt.output(c);
+    let o = net.sandbox(&v);
+    let while_held = net.net_leftovers();
+    let _ = owner.kill();
+    let _ = owner.wait();
     let left = net.net_leftovers();
     saw(
         net.sb.name,
-        format!("exit {:?}, stderr {:?}, stdout {:?}; left {left:?}", o.code(), o.stderr.trim(), o.stdout),
+        format!(
+            "owner: {:?}, held {held:?}; run: exit {:?}, stderr {:?}, stdout {:?}; left while held {while_held:?}, \
+             after {left:?}",
+            line.trim(),
+            o.code(),
+            o.stderr.trim(),
+            o.stdout
+        ),
     );
-    assert!(!o.ok() && o.stderr.contains("refused by the test"), "{o}");
+    assert_eq!(line.trim(), "ready", "the owned table was not made");
+    assert_eq!(held, ["nftables table ip tinyrun"], "only the owned table is there");
+    assert!(!o.ok() && o.stderr.contains("install the box's egress rules"), "{o}");
     assert!(!o.stdout.contains("started"), "the box ran without its rules\n{o}");
+    assert_eq!(while_held, held, "the refused run left something");
     assert!(left.is_empty(), "{left:?}");
     net.sb.assert_clean("a failed rule install");
 }
 
-/// The supervisor dies right after the rules are installed and before the link exists (an `nft`
-/// that runs the real one, then SIGKILLs its caller): the table it left is removed by the next
-/// `sandbox run`, and the box never ran.
+/// The supervisor is killed the moment the box's table is in (somewhere in set-up, or just
+/// after): the next `sandbox run` removes whatever it left, the forward guard with the table,
+/// and forwarding is off again.
 #[test]
 fn a_supervisor_killed_mid_setup_leaks_no_network() {
     require_root_and_nft!();
     let net = Net::new("sbx_egress_killed_setup");
-    let dir = net.sb.rt.tempdir();
-    let (real, fake) = (dir.join("nft.real"), dir.join("nft"));
-    fs::write(&real, "").expect("mount point");
-    let script = format!("#!/bin/sh\n{} \"$@\"\nkill -KILL $PPID\n", real.display());
-    fs::write(&fake, script).expect("fake nft");
-    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).expect("chmod");
     let mut v = vec!["run"];
     v.extend(net.sb.common());
-    v.extend(["--network", "egress", "--", "sh", "-c", "echo started"]);
-    let inner = net.tinyrun(&v);
-    let mut c = Command::new("unshare");
-    let mounts = "mount --bind /usr/sbin/nft \"$0\" && mount --bind \"$1\" /usr/sbin/nft && shift && exec \"$@\"";
-    c.args(["-m", "--propagation", "private", "sh", "-c", mounts]).arg(&real).arg(&fake);
-    c.arg(inner.get_program()).args(inner.get_args());
-    for (k, val) in inner.get_envs() {
-        if let Some(val) = val {
-            c.env(k, val);
-        }
-    }
-    c.stdin(Stdio::null());
-    let o = net.sb.rt.output(c);
+    v.extend(["--network", "egress", "--", "sleep", "60"]);
+    let running = net.sb.rt.spawn_cmd(net.tinyrun(&v));
+    let table = || out(&net.host, &["nft", "list", "tables"]).contains("inet tinyrun-");
+    wait_for("the box's table", 20, table);
+    let pid = nix::unistd::Pid::from_raw(running.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).expect("kill");
+    let killed = running.wait();
     let after_kill = net.net_leftovers();
     let mut next = vec!["run"];
     next.extend(net.sb.common());
@@ -638,15 +752,13 @@ fn a_supervisor_killed_mid_setup_leaks_no_network() {
     saw(
         net.sb.name,
         format!(
-            "killed run: {:?} stdout {:?}; left then: {after_kill:?}; next run exit {:?}; left: {after:?}",
-            o.code(),
-            o.stdout,
+            "killed run: {:?}; left then: {after_kill:?}; next run exit {:?}; left: {after:?}",
+            killed.code(),
             n.code()
         ),
     );
-    assert!(!o.ok() && !o.stdout.contains("started"), "{o}");
+    assert!(!killed.ok(), "the run was not killed: {killed}");
     assert!(after_kill.iter().any(|l| l.starts_with("nftables")), "the rules were installed: {after_kill:?}");
-    assert!(!after_kill.iter().any(|l| l.starts_with("link")), "the link came after the kill: {after_kill:?}");
     assert!(n.ok(), "{n}");
     assert!(after.is_empty(), "a killed set-up's networking left behind: {after:?}");
     net.sb.assert_clean("a set-up killed, then a run");
@@ -703,4 +815,83 @@ fn ipv6_from_the_box_reaches_nothing() {
     saw(net.sb.name, format!("host link {link} at {addr}: control {control:?}, from the box {:?}", probe.stdout));
     assert!(control.trim().starts_with("v6=hello_from_"), "control: {control}");
     assert!(probe.ok() && probe.stdout.trim().starts_with("v6=refused:"), "{probe}");
+}
+
+/// The host namespace does not forward (`ip_forward` 0), and two LAN namespaces are routed
+/// through it. An egress box needs forwarding and gets it: while the box runs, `ip_forward` is 1
+/// and the box reaches the public address, yet lan a still does not reach lan b through the host
+/// (only the boxes' traffic is forwarded). Once the box is terminated, `ip_forward` is 0 again
+/// and no table is left, not even the empty guard table a crash left before the box. Controls: b
+/// answers the host namespace, a reaches the host.
+#[test]
+fn egress_does_not_make_the_host_a_router() {
+    require_root_and_nft!();
+    let mut net = Net::new("sbx_egress_no_router");
+    let a = net.lan();
+    let b = tcp(LAN_B, 80);
+    let control = net.control(std::slice::from_ref(&b));
+    let a_to_host = net.probe_in(&a, &[tcp(LAN_A_GATEWAY, 80)]);
+    // A guard left by a crash between turning forwarding off and removing the guard: replaced.
+    sh(&net.host, "nft add table ip tinyrun");
+    let id = net.launch(&["--network", "egress"]);
+    let forwarding = ip_forward(&net.host);
+    let from_box = net.exec_probe(&id, &[tcp(PUBLIC, 80)]);
+    let a_to_b = net.probe_in(&a, std::slice::from_ref(&b));
+    let tables = out(&net.host, &["nft", "list", "tables"]);
+    let term = net.sandbox(&["terminate", &id]);
+    let after = ip_forward(&net.host);
+    let left = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!(
+            "control: {control:?}, a to the host: {a_to_host:?}; with the box: ip_forward {forwarding}, the box \
+             {from_box:?}, a to b {a_to_b:?}, tables {tables:?}; after terminate (exit {:?}): ip_forward {after}, \
+             left {left:?}",
+            term.code()
+        ),
+    );
+    assert!(reached(&control, &b), "control: b must answer the host namespace: {control:?}");
+    assert!(reached(&a_to_host, &tcp(LAN_A_GATEWAY, 80)), "control: a must reach the host: {a_to_host:?}");
+    assert_eq!(forwarding, "1", "the box's traffic is forwarded");
+    assert!(reached(&from_box, &tcp(PUBLIC, 80)), "the box reaches the public address: {from_box:?}");
+    assert!(a_to_b[&b].starts_with("refused:"), "the host forwarded a to b: {a_to_b:?}");
+    assert!(term.ok(), "{term}");
+    assert_eq!(after, "0", "forwarding goes off with the last box");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A host namespace that forwards already (`ip_forward` 1) is a router on purpose: lan a reaches
+/// lan b before, while an egress box runs (and reaches the public address), and after it is
+/// terminated; `ip_forward` stays 1, and tinyrun adds no table but the box's own.
+#[test]
+fn a_host_that_forwards_keeps_forwarding() {
+    require_root_and_nft!();
+    let mut net = Net::with_forwarding("sbx_egress_router", true);
+    let a = net.lan();
+    let b = tcp(LAN_B, 80);
+    let before = net.probe_in(&a, std::slice::from_ref(&b));
+    let id = net.launch(&["--network", "egress"]);
+    let from_box = net.exec_probe(&id, &[tcp(PUBLIC, 80)]);
+    let during = net.probe_in(&a, std::slice::from_ref(&b));
+    let tables = out(&net.host, &["nft", "list", "tables"]);
+    let term = net.sandbox(&["terminate", &id]);
+    let after = net.probe_in(&a, std::slice::from_ref(&b));
+    let forwarding = ip_forward(&net.host);
+    let left = net.net_leftovers();
+    saw(
+        net.sb.name,
+        format!(
+            "a to b before: {before:?}; with the box: the box {from_box:?}, a to b {during:?}, tables {tables:?}; \
+             after terminate (exit {:?}): a to b {after:?}, ip_forward {forwarding}, left {left:?}",
+            term.code()
+        ),
+    );
+    assert!(reached(&before, &b), "control: a reaches b through a forwarding host: {before:?}");
+    assert!(reached(&from_box, &tcp(PUBLIC, 80)), "the box reaches the public address: {from_box:?}");
+    assert!(reached(&during, &b), "a box stopped the host's forwarding: {during:?}");
+    assert_eq!(tables.lines().filter(|l| !l.trim().is_empty()).count(), 1, "the box's table only: {tables}");
+    assert!(term.ok(), "{term}");
+    assert!(reached(&after, &b), "the host stopped forwarding after the box: {after:?}");
+    assert_eq!(forwarding, "1");
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -82,8 +82,11 @@ pub(crate) struct SandboxSizeArgs {
     /// IPv4 traffic to its own uplink. Refused from the box, by rules in the host's namespace: 169.254.0.0/16
     /// (cloud metadata), 10/8, 172.16/12, 192.168/16, 100.64/10, 0/8, 127/8, 224/4, 240/4, all IPv6 (fc00::/7 and
     /// fe80::/10 with it), every address of the host itself, and connections into the box. --allow-host narrows
-    /// this further; --dns names the resolver and opens its port 53 only. Needs nft (nftables); turns on
-    /// net.ipv4.ip_forward if it is off. If any part fails to install, the box does not start.
+    /// this further; --dns names the resolver and opens its port 53 only. All of it is set up over netlink (the
+    /// kernel needs nf_tables; no program is run). If net.ipv4.ip_forward is off, it is turned on while egress boxes run, with a guard (the nftables table ip
+    /// tinyrun) that forwards nothing but the boxes' traffic, and turned off again with the last box; a host that
+    /// forwards already is left as it is. No IPv6 egress: the box's IPv6 packets are dropped. If any part fails to
+    /// install, the box does not start.
     #[arg(long, value_name = "MODE", default_value = "loopback")]
     pub network: String,
     #[command(flatten)]

@@ -1,108 +1,170 @@
-//! Links, addresses and routes, over netlink.
+//! Links, addresses and routes, over a synchronous `NETLINK_ROUTE` socket
+//! ([`Netlink`]); the messages are `netlink-packet-route`'s.
 
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage as Msg};
+
+use super::netlink::{Netlink, NETLINK_ROUTE, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
 use super::*;
 
-pub(super) fn netlink_err(what: &'static str) -> impl Fn(rtnetlink::Error) -> Error {
+const CREATE: u16 = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+
+/// A route socket of the calling thread's network namespace.
+pub(super) struct Route(Netlink);
+
+fn err(what: &'static str) -> impl Fn(nix::errno::Errno) -> Error {
     move |e| Error::Network(format!("{what}: {e}"))
 }
 
-/// Runs `f` with a netlink handle in the calling thread's network namespace.
-/// A current-thread runtime starts no thread, and it is gone when this
-/// returns: the process is single-threaded again for the runtime's clones
-/// and forks that follow (see also [`in_netns`], whose thread is joined).
-pub(super) fn with_netlink<T>(f: impl AsyncFnOnce(Handle) -> Result<T>) -> Result<T> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .map_err(|e| Error::Network(format!("netlink: {e}")))?;
-    rt.block_on(async move {
-        let (conn, handle, _) =
-            rtnetlink::new_connection().map_err(|e| Error::Network(format!("netlink socket: {e}")))?;
-        let task = tokio::spawn(conn);
-        let r = f(handle).await;
-        task.abort();
-        r
-    })
+fn encode(msg: Msg, flags: u16) -> Vec<u8> {
+    let mut m = NetlinkMessage::from(msg);
+    m.header.flags = flags;
+    m.finalize();
+    let mut buf = vec![0; m.buffer_len()];
+    m.serialize(&mut buf);
+    buf
 }
 
-pub(super) async fn index_of(h: &Handle, name: &str) -> Result<Option<u32>> {
-    let mut links = h.link().get().match_name(name.to_string()).execute();
-    match links.try_next().await {
-        Ok(Some(l)) => Ok(Some(l.header.index)),
-        Ok(None) => Ok(None),
-        Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(None),
-        Err(e) => Err(netlink_err("find link")(e)),
+impl Route {
+    pub(super) fn open() -> Result<Route> {
+        Netlink::open(NETLINK_ROUTE).map(Route).map_err(err("netlink socket"))
     }
-}
 
-/// Every IPv4 address configured on the host.
-pub(super) async fn host_addrs(h: &Handle) -> Result<Vec<(Ipv4Addr, u8)>> {
-    use rtnetlink::packet_route::address::AddressAttribute;
-    let mut out = Vec::new();
-    let mut all = h.address().get().execute();
-    while let Some(m) = all.try_next().await.map_err(netlink_err("list addresses"))? {
-        for a in &m.attributes {
-            if let AddressAttribute::Address(IpAddr::V4(v4)) = a {
-                out.push((*v4, m.header.prefix_len));
-            }
+    /// One change, acknowledged.
+    fn change(&mut self, what: &'static str, msg: Msg, flags: u16) -> Result<()> {
+        self.0.request(&encode(msg, flags), 1).map_err(err(what))
+    }
+
+    /// A get or a dump: the kernel's messages.
+    fn fetch(&mut self, msg: Msg, flags: u16) -> nix::Result<Vec<Msg>> {
+        let replies = self.0.fetch(&encode(msg, flags))?;
+        let parsed =
+            replies.iter().map(|r| NetlinkMessage::<Msg>::deserialize(r).map_err(|_| nix::errno::Errno::EBADMSG));
+        parsed
+            .filter_map(|m| match m.map(|m| m.payload) {
+                Ok(NetlinkPayload::InnerMessage(m)) => Some(Ok(m)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect()
+    }
+
+    /// The index of link `name`, if there is one.
+    pub(super) fn index_of(&mut self, name: &str) -> Result<Option<u32>> {
+        let mut m = LinkMessage::default();
+        m.attributes.push(LinkAttribute::IfName(name.to_string()));
+        match self.fetch(Msg::GetLink(m), NLM_F_REQUEST) {
+            Ok(replies) => Ok(replies.into_iter().find_map(|r| match r {
+                Msg::NewLink(l) => Some(l.header.index),
+                _ => None,
+            })),
+            Err(nix::errno::Errno::ENODEV) => Ok(None),
+            Err(e) => Err(err("find link")(e)),
         }
     }
-    Ok(out)
+
+    /// Every IPv4 address configured, with its prefix length.
+    pub(super) fn addrs(&mut self) -> Result<Vec<(Ipv4Addr, u8)>> {
+        let all = self.fetch(Msg::GetAddress(AddressMessage::default()), NLM_F_REQUEST | NLM_F_DUMP);
+        let mut out = Vec::new();
+        for m in all.map_err(err("list addresses"))? {
+            let Msg::NewAddress(m) = m else { continue };
+            for a in &m.attributes {
+                if let AddressAttribute::Address(IpAddr::V4(v4)) = a {
+                    out.push((*v4, m.header.prefix_len));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `ip link set INDEX up`.
+    fn up(&mut self, what: &'static str, index: u32) -> Result<()> {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.header.flags = LinkFlags::Up;
+        m.header.change_mask = LinkFlags::Up;
+        self.change(what, Msg::SetLink(m), NLM_F_REQUEST | NLM_F_ACK)
+    }
+
+    /// `ip addr add ADDR/30 dev INDEX`.
+    fn address(&mut self, what: &'static str, index: u32, addr: Ipv4Addr) -> Result<()> {
+        let mut m = AddressMessage::default();
+        m.header.family = AddressFamily::Inet;
+        m.header.prefix_len = 30;
+        m.header.index = index;
+        let broadcast = Ipv4Addr::from(u32::from(addr) | 3);
+        m.attributes.extend([
+            AddressAttribute::Local(IpAddr::V4(addr)),
+            AddressAttribute::Address(IpAddr::V4(addr)),
+            AddressAttribute::Broadcast(broadcast),
+        ]);
+        self.change(what, Msg::NewAddress(m), CREATE)
+    }
+
+    /// The host side: the pair, made with its peer already in the box's
+    /// namespace under its final name (moving or renaming a link afterwards
+    /// costs the kernel more), and the host's end addressed and up.
+    pub(super) fn host_side(&mut self, n: &Names, link: Link, netns: &File) -> Result<()> {
+        let mut peer = LinkMessage::default();
+        peer.attributes = vec![LinkAttribute::IfName(BOX_LINK.into()), LinkAttribute::NetNsFd(netns.as_raw_fd())];
+        let mut pair = LinkMessage::default();
+        pair.attributes = vec![
+            LinkAttribute::IfName(n.host.clone()),
+            LinkAttribute::LinkInfo(vec![
+                LinkInfo::Kind(InfoKind::Veth),
+                LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
+            ]),
+        ];
+        self.change("create veth", Msg::NewLink(pair), CREATE)?;
+        let host = self.index_of(&n.host)?.ok_or_else(|| Error::Network("veth vanished".into()))?;
+        self.address("address the host's veth", host, link.gateway)?;
+        self.up("veth up", host)
+    }
+
+    /// The box's side; the socket must be one of the box's namespace.
+    pub(super) fn box_side(&mut self, link: Link) -> Result<()> {
+        let peer = self.index_of(BOX_LINK)?.ok_or_else(|| Error::Network("veth peer not in the box".into()))?;
+        self.address("address the box", peer, link.addr)?;
+        self.up("box veth up", peer)?;
+        let mut route = RouteMessage::default();
+        route.header.address_family = AddressFamily::Inet;
+        route.header.table = netlink_packet_route::route::RouteHeader::RT_TABLE_MAIN;
+        route.header.protocol = RouteProtocol::Static;
+        route.header.scope = RouteScope::Universe;
+        route.header.kind = RouteType::Unicast;
+        route.attributes = vec![RouteAttribute::Gateway(RouteAddress::Inet(link.gateway)), RouteAttribute::Oif(peer)];
+        self.change("the box's default route", Msg::NewRoute(route), CREATE)
+    }
+
+    /// Removes link `name`; none there is fine.
+    pub(super) fn delete(&mut self, name: &str) -> Result<()> {
+        let Some(index) = self.index_of(name)? else { return Ok(()) };
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        match self.0.request(&encode(Msg::DelLink(m), NLM_F_REQUEST | NLM_F_ACK), 1) {
+            Ok(()) | Err(nix::errno::Errno::ENODEV) => Ok(()),
+            Err(e) => Err(err("remove the box's veth")(e)),
+        }
+    }
 }
 
-/// The host side: the pair, made with its peer already in the box's
-/// namespace under its final name (moving or renaming a link afterwards
-/// costs the kernel more), and the host's end addressed and up.
-pub(super) async fn host_side(h: Handle, n: &Names, link: Link, netns: &File) -> Result<()> {
-    use rtnetlink::packet_route::link::{InfoData, InfoKind, InfoVeth};
-    let peer = LinkUnspec::new_with_name(BOX_LINK).setns_by_fd(netns.as_raw_fd()).build();
-    let pair = LinkMessageBuilder::<LinkVeth>::new_with_info_kind(InfoKind::Veth)
-        .name(n.host.clone())
-        .set_info_data(InfoData::Veth(InfoVeth::Peer(peer)))
-        .build();
-    h.link().add(pair).execute().await.map_err(netlink_err("create veth"))?;
-    let host = index_of(&h, &n.host).await?.ok_or_else(|| Error::Network("veth vanished".into()))?;
-    h.address()
-        .add(host, IpAddr::V4(link.gateway), 30)
-        .execute()
-        .await
-        .map_err(netlink_err("address the host's veth"))?;
-    h.link().set(LinkUnspec::new_with_index(host).up().build()).execute().await.map_err(netlink_err("veth up"))?;
-    Ok(())
-}
-
-/// The box's side, run from a thread inside the box's namespace.
-pub(super) async fn box_side(h: Handle, link: Link) -> Result<()> {
-    let peer = index_of(&h, BOX_LINK).await?.ok_or_else(|| Error::Network("veth peer not in the box".into()))?;
-    h.address().add(peer, IpAddr::V4(link.addr), 30).execute().await.map_err(netlink_err("address the box"))?;
-    h.link().set(LinkUnspec::new_with_index(peer).up().build()).execute().await.map_err(netlink_err("box veth up"))?;
-    let route = RouteMessageBuilder::<Ipv4Addr>::new().gateway(link.gateway).output_interface(peer).build();
-    h.route().add(route).execute().await.map_err(netlink_err("the box's default route"))?;
-    Ok(())
-}
-
-/// Runs `f` in a new thread that has joined `netns`: a namespace switch
-/// must not outlive the call, and a thread that ends takes it with it.
-pub(super) fn in_netns<T: Send>(netns: &File, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    std::thread::scope(|s| {
+/// Runs `f` with a route socket of the box's network namespace `netns`.
+/// The socket is made by a thread that joins the namespace and ends: a
+/// namespace switch must not outlive the call, and a socket stays in the
+/// namespace it was made in, whichever thread then uses it.
+pub(super) fn in_netns<T>(netns: &File, f: impl FnOnce(Route) -> Result<T>) -> Result<T> {
+    let route = std::thread::scope(|s| {
         s.spawn(|| {
             nix::sched::setns(netns, nix::sched::CloneFlags::CLONE_NEWNET)
                 .map_err(|e| Error::Network(format!("join the box's network namespace: {e}")))?;
-            f()
+            Route::open()
         })
         .join()
         .unwrap_or_else(|_| Err(Error::Network("the box's network set-up panicked".into())))
-    })
-}
-
-/// Turns on IPv4 forwarding in the host's namespace if it is off: the box's
-/// packets are routed to the uplink. Never turned off again (other boxes or
-/// the host may rely on it by then).
-pub(super) fn forwarding() -> Result<()> {
-    let p = Path::new("/proc/sys/net/ipv4/ip_forward");
-    let now = std::fs::read_to_string(p).map_err(|e| Error::io("read", p, e))?;
-    if now.trim() != "1" {
-        std::fs::write(p, "1").map_err(|e| Error::io("write", p, e))?;
-    }
-    Ok(())
+    })?;
+    f(route)
 }

@@ -7,12 +7,17 @@
 //! the namespace it could change anything with, and its rules live in the
 //! host's namespace where it can't see them. The rules are installed in one
 //! nftables transaction before the link exists, and any failure keeps the
-//! box from starting. Links, addresses and routes go through netlink
-//! (`rtnetlink`); the rules go through `nft -j -f -`, from [`ruleset`] only.
+//! box from starting. All of it goes over synchronous netlink sockets
+//! ([`netlink`]): links, addresses and routes ([`link`]), and the rules
+//! ([`rules`], encoded by [`nft`]); no program is run.
 //!
 //! Per box, all derived from its id: host-side link `trb-<hash>`, table
 //! `inet tinyrun-<hash>`, and a /30 of the link range recorded under
 //! `<root>/sandbox-net/` so a crashed box's leftovers can be found again.
+//! Shared by the boxes of every root: IPv4 forwarding, on only while they
+//! need it and then only for them ([`forward`]).
+//!
+//! IPv6 is not forwarded: a box's IPv6 packets are dropped on the host.
 
 use std::fs::File;
 use std::io::Write;
@@ -20,12 +25,8 @@ use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use futures_util::TryStreamExt;
 use nix::fcntl::Flock;
-use rtnetlink::{Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder};
-use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -233,10 +234,13 @@ struct Names {
     table: String,
 }
 
+/// What every box's host-side link name starts with.
+const LINK_PREFIX: &str = "trb-";
+
 fn names(id: &str) -> Names {
     let sum = Sha256::digest(id.as_bytes());
     let h: String = sum.iter().take(5).map(|b| format!("{b:02x}")).collect();
-    Names { host: format!("trb-{h}"), table: format!("tinyrun-{h}") }
+    Names { host: format!("{LINK_PREFIX}{h}"), table: format!("tinyrun-{h}") }
 }
 
 /// The name of the box's end of the pair, in the box's namespace.
@@ -297,13 +301,17 @@ fn refused(ip: Ipv4Addr) -> Option<Cidr> {
     REFUSED.iter().map(|&(addr, len)| Cidr { addr, len }).find(|c| c.contains(ip))
 }
 
+mod forward;
 mod link;
+mod netlink;
+mod nft;
 mod records;
 mod rules;
 
-use link::{box_side, forwarding, host_addrs, host_side, in_netns, index_of, netlink_err, with_netlink};
+use forward::Host;
+use link::{in_netns, Route};
 use records::Records;
-use rules::{nft, ruleset};
+use rules::ruleset;
 
 /// Gives box `id`, whose init is `pid` (created, not yet started), its
 /// guarded egress. On error some of it may be in place: the caller removes
@@ -313,18 +321,18 @@ pub(crate) fn setup(root: &Path, id: &str, pid: i32, egress: &Egress) -> Result<
     let allow = resolve(&egress.allow)?;
     let ns_path = PathBuf::from(format!("/proc/{pid}/ns/net"));
     let netns = File::open(&ns_path).map_err(|e| Error::io("open", &ns_path, e))?;
-    let host = with_netlink(async |h| host_addrs(&h).await)?;
-    let link = Records::new(root).allocate(egress.range, id, &host)?;
+    let mut route = Route::open()?;
+    let link = Records::new(root).allocate(egress.range, id, &route.addrs()?)?;
     // The rules come first: the link never exists without them.
-    nft("install the box's egress rules", &ruleset(&n, link, egress.dns, &allow))?;
-    forwarding()?;
-    with_netlink(async |h| host_side(h, &n, link, &netns).await)?;
-    in_netns(&netns, || with_netlink(async |h| box_side(h, link).await))
+    Host::lock()?.install(ruleset(&n, link, egress.dns, &allow))?;
+    route.host_side(&n, link, &netns)?;
+    in_netns(&netns, |mut boxside| boxside.box_side(link))
 }
 
 /// Removes what [`setup`] made for box `id`: its table, its link (and with
-/// it the link's route; the box's side goes with the pair), and its record.
-/// Nothing there is fine; each part is tried even if one before failed.
+/// it the link's route; the box's side goes with the pair), and its record;
+/// forwarding goes off with the last box if tinyrun turned it on. Nothing
+/// there is fine; each part is tried even if one before failed.
 pub(crate) fn teardown(root: &Path, id: &str) -> Result<()> {
     let records = Records::new(root);
     if !records.dir.exists() {
@@ -336,21 +344,14 @@ pub(crate) fn teardown(root: &Path, id: &str) -> Result<()> {
         return Ok(());
     }
     let n = names(id);
-    let table = json!({"family": "inet", "name": n.table});
+    let mut host = Host::lock()?;
     // Adding an existing table is a no-op: so the delete never fails for
     // want of a table.
-    let rules = nft(
-        "remove the box's egress rules",
-        &json!({"nftables": [{"add": {"table": table}}, {"delete": {"table": table}}]}),
-    );
-    let link = with_netlink(async |h| match index_of(&h, &n.host).await? {
-        Some(i) => match h.link().del(i).execute().await {
-            Ok(()) => Ok(()),
-            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(()),
-            Err(e) => Err(netlink_err("remove the box's veth")(e)),
-        },
-        None => Ok(()),
-    });
+    let table = || (nft::Family::Inet, n.table.clone());
+    let (add, del) = (nft::Cmd::AddTable(table().0, table().1), nft::Cmd::DelTable(table().0, table().1));
+    let rules = host.apply("remove the box's egress rules", &[add, del]);
+    let link = Route::open().and_then(|mut r| r.delete(&n.host));
+    let rules = rules.and_then(|()| host.release_if_last());
     rules?;
     link?;
     for p in mine {
@@ -441,10 +442,30 @@ mod tests {
         let link = link_of(u32::from(Ipv4Addr::new(169, 254, 64, 0)));
         let allow = [Allowed { addr: Ipv4Addr::new(198, 51, 100, 10), port: Some(80) }];
         let rs = ruleset(&n, link, Some(Ipv4Addr::new(10, 0, 0, 53)), &allow);
-        let text = rs.to_string();
+        // One line per rule, `chain: expr; expr; ...`.
+        let lines: Vec<String> = rs
+            .iter()
+            .filter_map(|c| match c {
+                nft::Cmd::AddRule { chain, exprs, .. } => {
+                    Some(format!("{chain}: {}", exprs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))
+                }
+                _ => None,
+            })
+            .collect();
+        let text = lines.join("\n");
         let pos = |s: &str| text.find(s).unwrap_or_else(|| panic!("{s} not in {text}"));
-        assert!(pos("\"10.0.0.53\"") < pos("169.254.0.0"), "the named resolver comes before the refused ranges");
-        assert!(pos("169.254.0.0") < pos("198.51.100.10"), "refused ranges come before the allowlist");
-        assert!(text.contains("masquerade") && text.contains("169.254.64.2"));
+        let (resolver, metadata, allowed) = (
+            "egress: meta NfProto; == 02; payload Network+16/4; == 0a000035",
+            "& ffff0000; == a9fe0000; reject",
+            "== c633640a",
+        );
+        assert!(pos(resolver) < pos(metadata), "the named resolver comes before the refused ranges");
+        assert!(pos(metadata) < pos(allowed), "refused ranges come before the allowlist");
+        let masquerade =
+            "postrouting: meta NfProto; == 02; payload Network+12/4; == a9fe4002; meta OifName; != 7472622d";
+        assert!(text.contains(masquerade), "the box's address, leaving by another link: {text}");
+        assert!(lines.last().is_some_and(|l| l.ends_with("masquerade")), "{text}");
+        let first_egress = lines.iter().find(|l| l.starts_with("egress:")).expect("egress rules");
+        assert_eq!(first_egress, "egress: meta NfProto; != 02; Drop", "anything but IPv4 is dropped first");
     }
 }

@@ -1,38 +1,95 @@
-//! The box's nftables table, as `nft -j` JSON, and the one place `nft` runs.
+//! The box's nftables table, as the commands of one transaction ([`nft`]).
 
+use super::nft::{self, Cmd, Expr, Family, Hook, Meta, Verdict};
 use super::*;
 
-pub(super) fn prefix(c: Cidr) -> Value {
-    json!({"prefix": {"addr": c.addr.to_string(), "len": c.len}})
+/// `meta nfproto ipv4`, `meta l4proto tcp` / `udp` values.
+const NFPROTO_IPV4: u8 = 2;
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+/// `meta iifname NAME` / `oifname NAME`: the name as the kernel keeps it,
+/// NUL-padded to IFNAMSIZ. A bare prefix (no NUL) matches every name that
+/// starts with it, as nft's `"trb-*"` does.
+fn ifname(key: Meta, name: &str, whole: bool, cmp: fn(Vec<u8>) -> Expr) -> Vec<Expr> {
+    let mut v = name.as_bytes().to_vec();
+    if whole {
+        v.resize(16, 0);
+    }
+    vec![Expr::Meta(key), cmp(v)]
 }
 
-pub(super) fn is(left: Value, right: Value) -> Value {
-    json!({"match": {"op": "==", "left": left, "right": right}})
+fn iifname(name: &str) -> Vec<Expr> {
+    ifname(Meta::IifName, name, true, Expr::Eq)
 }
 
-pub(super) fn isnt(left: Value, right: Value) -> Value {
-    json!({"match": {"op": "!=", "left": left, "right": right}})
+fn oifname(name: &str) -> Vec<Expr> {
+    ifname(Meta::OifName, name, true, Expr::Eq)
 }
 
-pub(super) fn meta(key: &str) -> Value {
-    json!({"meta": {"key": key}})
+/// Names starting with `prefix`, in or out.
+pub(super) fn ifname_prefix(key: Meta, prefix: &str) -> Vec<Expr> {
+    ifname(key, prefix, false, Expr::Eq)
 }
 
-pub(super) fn ip(field: &str) -> Value {
-    json!({"payload": {"protocol": "ip", "field": field}})
+fn ipv4() -> Vec<Expr> {
+    vec![Expr::Meta(Meta::NfProto), Expr::Eq(vec![NFPROTO_IPV4])]
 }
 
-pub(super) fn dport() -> Value {
-    json!({"payload": {"protocol": "th", "field": "dport"}})
+/// IPv4's source (12) or destination (16) address, loaded; in an `inet`
+/// table only after [`ipv4`], as nft puts it, so an IPv6 header is never
+/// read as one.
+fn addr(offset: u32) -> Vec<Expr> {
+    let mut v = ipv4();
+    v.push(Expr::Payload { base: nft::Base::Network, offset, len: 4 });
+    v
 }
 
-pub(super) fn tcp_or_udp() -> Value {
-    is(meta("l4proto"), json!({"set": ["tcp", "udp"]}))
+fn saddr(ip: Ipv4Addr) -> Vec<Expr> {
+    [addr(12), vec![Expr::Eq(ip.octets().to_vec())]].concat()
 }
 
-/// The whole nftables transaction that sets up box `n`'s table: run as one
-/// `nft -j -f -`, it installs all of it or none. `add` then `delete` then
-/// `add` of the table replaces a leftover of the same name.
+fn saddr_not(ip: Ipv4Addr) -> Vec<Expr> {
+    [addr(12), vec![Expr::Ne(ip.octets().to_vec())]].concat()
+}
+
+fn daddr(ip: Ipv4Addr) -> Vec<Expr> {
+    [addr(16), vec![Expr::Eq(ip.octets().to_vec())]].concat()
+}
+
+fn daddr_in(c: Cidr) -> Vec<Expr> {
+    let mask = c.mask().to_be_bytes().to_vec();
+    [addr(16), vec![Expr::And(mask), Expr::Eq(c.addr.octets().to_vec())]].concat()
+}
+
+/// `meta l4proto P th dport PORT`.
+fn port(proto: u8, port: u16) -> Vec<Expr> {
+    vec![
+        Expr::Meta(Meta::L4Proto),
+        Expr::Eq(vec![proto]),
+        Expr::Payload { base: nft::Base::Transport, offset: 2, len: 2 },
+        Expr::Eq(port.to_be_bytes().to_vec()),
+    ]
+}
+
+/// `ct state established,related`: those bits (host order) not all clear.
+fn reply() -> Vec<Expr> {
+    const ESTABLISHED: u32 = 1 << 1;
+    const RELATED: u32 = 1 << 2;
+    vec![Expr::CtState, Expr::And((ESTABLISHED | RELATED).to_ne_bytes().to_vec()), Expr::Ne(vec![0; 4])]
+}
+
+fn then(mut m: Vec<Expr>, last: Expr) -> Vec<Expr> {
+    m.push(last);
+    m
+}
+
+const ACCEPT: Expr = Expr::Verdict(Verdict::Accept);
+const DROP: Expr = Expr::Verdict(Verdict::Drop);
+
+/// The whole transaction that sets up box `n`'s table: all of it or none.
+/// A table of the same name already there is an error (ids are new, and a
+/// box's table is never replaced: that would be another box's).
 ///
 /// - input: from the box, nothing reaches the host itself (its veth
 ///   address, its uplink address, any of its addresses), except port 53 of
@@ -40,56 +97,39 @@ pub(super) fn tcp_or_udp() -> Value {
 /// - forward, from the box: see [`egress_rules`];
 /// - forward, to the box: replies only;
 /// - postrouting: the box's address is masqueraded to the uplink's.
-pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Value {
-    let table = json!({"family": "inet", "name": n.table});
-    let chain = |name: &str, hook: Option<(&str, &str, i32)>| {
-        let mut c = json!({"family": "inet", "table": n.table, "name": name});
-        if let Some((kind, hook, prio)) = hook {
-            c["type"] = json!(kind);
-            c["hook"] = json!(hook);
-            c["prio"] = json!(prio);
-            c["policy"] = json!("accept");
-        }
-        json!({"add": {"chain": c}})
+pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Cmd> {
+    let (family, table) = (Family::Inet, n.table.clone());
+    let chain = |name, hook: Option<(&'static str, u32, i32)>| Cmd::AddChain {
+        family,
+        table: table.clone(),
+        name,
+        hook: hook.map(|(kind, hook, prio)| Hook { kind, hook, prio, policy: Verdict::Accept }),
     };
     let mut cmds = vec![
-        json!({"add": {"table": table}}),
-        json!({"delete": {"table": table}}),
-        json!({"add": {"table": table}}),
-        chain("input", Some(("filter", "input", -10))),
-        chain("forward", Some(("filter", "forward", -10))),
+        Cmd::NewTable(family, table.clone()),
+        chain("input", Some(("filter", nft::NF_INET_LOCAL_IN, -10))),
+        chain("forward", Some(("filter", nft::NF_INET_FORWARD, -10))),
         chain("egress", None),
-        chain("postrouting", Some(("nat", "postrouting", 100))),
+        chain("postrouting", Some(("nat", nft::NF_INET_POST_ROUTING, 100))),
     ];
-    let rule = |chain: &str, expr: Vec<Value>| json!({"add": {"rule": {"family": "inet", "table": n.table, "chain": chain, "expr": expr}}});
-    let from_box = is(meta("iifname"), json!(n.host));
-    let to_box = is(meta("oifname"), json!(n.host));
+    let mut rules: Vec<(&'static str, Vec<Expr>)> = Vec::new();
     if let Some(d) = dns {
-        cmds.push(rule("input", resolver(vec![from_box.clone()], d)));
+        rules.extend(resolver(iifname(&n.host), d).into_iter().map(|r| ("input", r)));
     }
-    cmds.push(rule("input", vec![from_box.clone(), reject()]));
-    cmds.push(rule("forward", vec![from_box, json!({"jump": {"target": "egress"}})]));
-    let reply = json!({"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": ["established", "related"]}});
-    cmds.push(rule("forward", vec![to_box.clone(), reply, json!({"accept": null})]));
-    cmds.push(rule("forward", vec![to_box, json!({"drop": null})]));
-    cmds.extend(egress_rules(link, dns, allow).into_iter().map(|e| rule("egress", e)));
-    let masquerade = vec![
-        is(ip("saddr"), json!(link.addr.to_string())),
-        isnt(meta("oifname"), json!(n.host)),
-        json!({"masquerade": null}),
-    ];
-    cmds.push(rule("postrouting", masquerade));
-    json!({"nftables": cmds})
+    rules.push(("input", then(iifname(&n.host), Expr::Reject)));
+    rules.push(("forward", then(iifname(&n.host), Expr::Verdict(Verdict::Jump("egress")))));
+    rules.push(("forward", then([oifname(&n.host), reply()].concat(), ACCEPT)));
+    rules.push(("forward", then(oifname(&n.host), DROP)));
+    rules.extend(egress_rules(link, dns, allow).into_iter().map(|r| ("egress", r)));
+    let not_back = ifname(Meta::OifName, &n.host, true, Expr::Ne);
+    rules.push(("postrouting", then([saddr(link.addr), not_back].concat(), Expr::Masquerade)));
+    cmds.extend(rules.into_iter().map(|(chain, exprs)| Cmd::AddRule { family, table: table.clone(), chain, exprs }));
+    cmds
 }
 
-pub(super) fn reject() -> Value {
-    json!({"reject": {"type": "icmpx", "expr": "admin-prohibited"}})
-}
-
-/// `pre`, then: to port 53 (TCP or UDP) of resolver `d`, accept.
-pub(super) fn resolver(mut pre: Vec<Value>, d: Ipv4Addr) -> Vec<Value> {
-    pre.extend([is(ip("daddr"), json!(d.to_string())), tcp_or_udp(), is(dport(), json!(53)), json!({"accept": null})]);
-    pre
+/// `pre`, then: to port 53 (TCP, then UDP) of resolver `d`, accept.
+fn resolver(pre: Vec<Expr>, d: Ipv4Addr) -> Vec<Vec<Expr>> {
+    [TCP, UDP].map(|p| then([pre.clone(), daddr(d), port(p, 53)].concat(), ACCEPT)).to_vec()
 }
 
 /// The rules for what the box sends on, in order: anything but IPv4 is
@@ -97,62 +137,21 @@ pub(super) fn resolver(mut pre: Vec<Value>, d: Ipv4Addr) -> Vec<Value> {
 /// the box's own; port 53 of the named resolver is accepted; every refused
 /// range is rejected; then, with an allowlist, only what it names passes.
 /// Rejected rather than dropped: a refused connection fails at once.
-pub(super) fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Vec<Value>> {
-    let drop = json!({"drop": null});
-    let mut rules = vec![
-        vec![isnt(meta("nfproto"), json!("ipv4")), drop.clone()],
-        vec![isnt(ip("saddr"), json!(link.addr.to_string())), drop],
-    ];
+pub(super) fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Vec<Expr>> {
+    let mut rules =
+        vec![vec![Expr::Meta(Meta::NfProto), Expr::Ne(vec![NFPROTO_IPV4]), DROP], then(saddr_not(link.addr), DROP)];
     if let Some(d) = dns {
-        rules.push(resolver(Vec::new(), d));
+        rules.extend(resolver(Vec::new(), d));
     }
-    let refused: Vec<Value> = REFUSED.iter().map(|&(addr, len)| prefix(Cidr { addr, len })).collect();
-    rules.push(vec![is(ip("daddr"), json!({"set": refused})), reject()]);
+    rules.extend(REFUSED.iter().map(|&(addr, len)| then(daddr_in(Cidr { addr, len }), Expr::Reject)));
     if !allow.is_empty() {
         for a in allow {
-            let mut e = vec![is(ip("daddr"), json!(a.addr.to_string()))];
-            if let Some(p) = a.port {
-                e.extend([tcp_or_udp(), is(dport(), json!(p))]);
+            match a.port {
+                Some(p) => rules.extend([TCP, UDP].map(|proto| then([daddr(a.addr), port(proto, p)].concat(), ACCEPT))),
+                None => rules.push(then(daddr(a.addr), ACCEPT)),
             }
-            e.push(json!({"accept": null}));
-            rules.push(e);
         }
-        rules.push(vec![reject()]);
+        rules.push(vec![Expr::Reject]);
     }
     rules
-}
-
-/// The nft binary, from the system's directories only: the runtime runs
-/// as root and must not take one from the caller's PATH.
-pub(super) fn nft_bin() -> Result<&'static Path> {
-    ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft", "/bin/nft"]
-        .into_iter()
-        .map(Path::new)
-        .find(|p| p.exists())
-        .ok_or_else(|| Error::Network("--network egress needs nft (install nftables)".into()))
-}
-
-/// Runs one nftables JSON transaction.
-pub(super) fn nft(what: &str, commands: &Value) -> Result<()> {
-    let bin = nft_bin()?;
-    let mut child = Command::new(bin)
-        .args(["-j", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::io("run", bin, e))?;
-    let text = commands.to_string();
-    let wrote = child.stdin.take().map(|mut s| s.write_all(text.as_bytes()));
-    let out = child.wait_with_output().map_err(|e| Error::io("run", bin, e))?;
-    // nft's own complaint first: a write cut short (EPIPE) only says it
-    // stopped reading.
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(Error::Network(format!("{what}: nft failed ({}): {}", out.status, err.trim())));
-    }
-    match wrote {
-        Some(Err(e)) => Err(Error::io("write to", bin, e)),
-        _ => Ok(()),
-    }
 }
