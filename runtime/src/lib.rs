@@ -9,6 +9,7 @@
 mod capabilities;
 mod cgroups;
 mod devices;
+pub mod env;
 mod error;
 mod exe;
 pub mod features;
