@@ -36,8 +36,8 @@ pub use error::{CgroupError, InitError, MountCall, Object, Reason, Result, Runti
 pub use exe::reexec_sealed;
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
-    check_id, load_process, AgentCommand, AgentExit, AgentProcess, Container, ContainerState, CreateOptions,
-    ExecOptions, ProcessOverrides, RunOptions, Runtime, Status, Usage,
+    check_id, load_process, AgentCommand, AgentExit, AgentProcess, AgentStdio, Container, ContainerState,
+    CreateOptions, ExecOptions, ProcessOverrides, RunOptions, Runtime, Status, Usage,
 };
 pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;

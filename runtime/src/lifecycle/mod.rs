@@ -28,7 +28,7 @@ use crate::process::finalize::ProcessConfig;
 use crate::state::{Record, StateDir};
 use crate::user::Ids;
 
-pub use agent::{AgentCommand, AgentExit, AgentProcess};
+pub use agent::{AgentCommand, AgentExit, AgentProcess, AgentStdio};
 pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};
 pub use run::RunOptions;
