@@ -2,7 +2,7 @@
 //! terminal; a launched box's lifetime (ended from outside, with no tinyrun process left
 //! running) and a per-exec timeout; exit statuses that tell the command's failure from tinyrun's
 //! (125 tinyrun, 126 not executable, 127 not found, 124 timed out); `--json` printing exactly one
-//! object in every case, with a schema version, stdin passed through and non-UTF-8 output kept
+//! object in every case, with a schema version, stdin passed through with -i and non-UTF-8 output kept
 //! as base64; pool management (`pool list`, `pool drain`, idle lifetime, hit or miss);
 //! `--cgroup-parent`; and flag errors that say what is wrong.
 //!
@@ -193,7 +193,7 @@ fn json_is_always_one_object() {
         v.extend_from_slice(extra);
         v
     };
-    let stdin = with_stdin(&sb, &args(&["--", "cat"]), b"x\n");
+    let stdin = with_stdin(&sb, &args(&["-i", "--", "cat"]), b"x\n");
     let binary = sb.raw(&args(&["--", "sh", "-c", "printf '\\377\\376ok\\000'"]));
     let cut = sb.raw(&args(&["--output-cap", "5", "--", "sh", "-c", "printf '\\303\\251\\303\\251\\303\\251'"]));
     let setup = sb.raw(&args(&["--memory", "1k", "--", "true"]));
@@ -229,7 +229,7 @@ fn json_is_always_one_object() {
 
     assert!(stdin.ok(), "{stdin}");
     check_shape(&vs, &stdin);
-    assert_eq!(vs["stdout"]["text"], "x\n", "stdin reaches the command under --json\n{stdin}");
+    assert_eq!(vs["stdout"]["text"], "x\n", "stdin reaches the command under --json -i\n{stdin}");
     assert_eq!(vs["stdout"]["encoding"], "utf-8");
     assert_eq!(vs["error"], Value::Null);
 
