@@ -27,8 +27,8 @@ const MAX_DRAINED: usize = 2;
 /// The fds on its first bytes, in order: the program's stdin, stdout and
 /// stderr; `drain` read ends of its output pipes, which init empties once
 /// the caller is done so that what the program left running can go on
-/// writing; the program's cgroup, `cgroup.procs` then `cgroup.kill` (v2)
-/// or `freezer.state` (v1).
+/// writing; the program's cgroup, `cgroup.procs` then `cgroup.kill` (v2),
+/// or `tasks` then `freezer.state` (v1).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Request {
     pub args: Vec<String>,
