@@ -641,7 +641,7 @@ fn an_exec_leaves_its_background_children_running() {
     require_root!();
     let sb = Sbx::new("sbx_background");
     // Short-lived: a tinyrun that waited for the background children waits at most this long.
-    let id = sb.launch(&["--lifetime", "30s"]);
+    let id = sb.launch(&["--lifetime", "120s"]);
     let t0 = Instant::now();
     let bg = sb.raw(&["exec", "--json", "--timeout", "5s", &id, "--", "sh", "-c", "sleep 101 & echo x"]);
     let took = t0.elapsed();
@@ -651,10 +651,10 @@ fn an_exec_leaves_its_background_children_running() {
     let w = sb.raw(&["exec", "--timeout", "5s", &id, "--", "sh", "-c", writer]);
     let server = "python3 -m http.server 18765 --bind 127.0.0.1 >/dev/null 2>&1 & echo started";
     let srv = sb.raw(&["exec", "--timeout", "5s", &id, "--", "sh", "-c", server]);
-    let get = "import time, urllib.request\nfor _ in range(100):\n    try:\n        print(urllib.request.urlopen('http://127.0.0.1:18765/').status); break\n    except OSError:\n        time.sleep(0.1)";
-    let answer = sb.raw(&["exec", "--timeout", "15s", &id, "--", "python3", "-c", get]);
+    let get = "import time, urllib.request\nfor _ in range(600):\n    try:\n        print(urllib.request.urlopen('http://127.0.0.1:18765/').status); break\n    except OSError:\n        time.sleep(0.1)";
+    let answer = sb.raw(&["exec", "--timeout", "90s", &id, "--", "python3", "-c", get]);
     let mut wrote = sb.raw(&["exec", &id, "--", "cat", "/work/bg"]);
-    for _ in 0..50 {
+    for _ in 0..300 {
         if wrote.stdout == "ok\n" {
             break;
         }
