@@ -292,6 +292,29 @@ fn reap(programs: &mut [Program]) {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::time::{Duration, Instant};
+
+    use super::{wire, Incoming, Served};
+
+    #[test]
+    fn a_request_past_its_deadline_is_answered_and_dropped() {
+        let (mut caller, init_end) = UnixStream::pair().unwrap();
+        init_end.set_nonblocking(true).unwrap();
+        let now = Instant::now();
+        let mut s = Served::default();
+        s.incoming.push(Incoming::new(OwnedFd::from(init_end), now));
+        s.expire(now + wire::REQUEST_PATIENCE - Duration::from_millis(1));
+        assert_eq!(s.incoming.len(), 1, "still within its time");
+        s.expire(now + wire::REQUEST_PATIENCE);
+        assert!(s.incoming.is_empty());
+        let mut answer = String::new();
+        caller.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("{\"failed\"") && answer.contains("not sent whole"), "{answer}");
+    }
+
     #[test]
     fn the_command_line_is_overwritten() {
         // This test process's own command line: nothing else reads it.
