@@ -15,7 +15,8 @@ pub struct InvalidEnv {
     pub why: &'static str,
 }
 
-/// `base` then `over`, as one environment: see [`prepare`].
+/// `base` then `over`, as one environment: see [`prepare`]. Exported as
+/// `merge_env` (and the others as `prepare_env`, `check_env`).
 pub fn merge(base: &[String], over: &[String]) -> Result<Vec<String>, InvalidEnv> {
     prepare(base.iter().chain(over))
 }

@@ -9,7 +9,7 @@
 mod capabilities;
 mod cgroups;
 mod devices;
-pub mod env;
+mod env;
 mod error;
 mod exe;
 pub mod features;
@@ -32,6 +32,7 @@ mod tty;
 mod user;
 mod warn;
 
+pub use env::{check as check_env, merge as merge_env, prepare as prepare_env, InvalidEnv};
 pub use error::{CgroupError, InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
 pub use lifecycle::kill::parse_signal;

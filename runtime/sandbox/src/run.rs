@@ -341,7 +341,7 @@ fn box_process(
 /// # Preconditions
 /// The caller is single-threaded.
 pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<SandboxResult> {
-    if let Some(e) = req.env.iter().find_map(|e| tinyrun::env::check(e).err()) {
+    if let Some(e) = req.env.iter().find_map(|e| tinyrun::check_env(e).err()) {
         return Err(Error::InvalidArgument(format!("--env: {e}: use NAME=VALUE")));
     }
     let (rt, lifetime) = live_box(root, id)?;

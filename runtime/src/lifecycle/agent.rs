@@ -30,7 +30,7 @@ pub struct AgentCommand {
     /// container as execvp would.
     pub args: Vec<String>,
     /// `NAME=VALUE` entries merged over the container's `process.env`
-    /// (see [`crate::env`]: the last entry of a name wins).
+    /// (see [`crate::merge_env`]: the last entry of a name wins).
     pub env: Vec<String>,
     /// The working directory, instead of `process.cwd`.
     pub cwd: Option<PathBuf>,
