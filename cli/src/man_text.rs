@@ -86,8 +86,13 @@ const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
             ),
             Block::Item("stderr", "The same for its standard error."),
             Block::Item("pool", "With run --pool only: \"hit\" if a pre-started box was taken, \"miss\" if not."),
-            Block::Item("writes", "With run --report-writes DIR only: the files the command made or changed there."),
-            Block::P("stdin is the command's stdin, under --json as without it."),
+            Block::Item(
+                "writes",
+                "With --report-writes DIR only (run or exec): the files the command made or changed there.",
+            ),
+            Block::P(
+                "The command's stdin is /dev/null unless -i (--interactive) gives it ours, as docker exec -i does.",
+            ),
             Block::P("Example, exit: sandbox run --json -- sh -c 'echo hello; exit 3'"),
             Block::Example(
                 r#"{"schema_version":1,"error":null,"exit_code":3,"signal":null,"timed_out":false,
@@ -186,9 +191,18 @@ large   2G      4      512     120s  512M",
                 "A launched box lives for --lifetime, by default its --timeout (the preset's: 10s for micro), \
                  and is then terminated and purged by the root's reaper, a small process (tinyrun-reaper) that \
                  runs while a box of the root has a deadline; if it is gone, the next sandbox command of the root \
-                 purges expired boxes first, and exec into one is refused. exec --timeout limits one command \
-                 (it and its session are killed; the box lives on). A pooled box waits unused for at most \
+                 purges expired boxes first, and exec into one is refused. A pooled box waits unused for at most \
                  --idle-lifetime (default 10m); pool drain empties the pool and stops refills.",
+            ),
+            Block::P(
+                "exec (and run --pool) returns when its command exits, with its output up to then. What the \
+                 command leaves running (a server started with &, a daemon) is a background process of the box: \
+                 it runs on until the box ends and serves later execs, its writes to the output it was given are \
+                 discarded, and it never holds the caller's terminal or input; --kill-children kills it with the \
+                 command instead. Each command runs in a cgroup of its own under the box's: exec --timeout \
+                 (counted from the call, so a paused or busy box can't stretch it) kills the command and \
+                 everything it started, setsid or not, with SIGKILL, and the box lives on. So does a caller \
+                 that dies or is stopped.",
             ),
         ],
     ),
@@ -331,7 +345,7 @@ const PAGES: &[Page] = &[
                 "tinyrun sandbox run --network egress --dns 192.0.2.53 --allow-host pypi.org:443 -- pip download x",
                 "egress to one host and port, names resolved by 192.0.2.53",
             ),
-            ("echo x | tinyrun sandbox run --json -- cat", "stdin reaches the command"),
+            ("echo x | tinyrun sandbox run -i --json -- cat", "stdin reaches the command with -i"),
         ],
     ),
     (
@@ -340,6 +354,10 @@ const PAGES: &[Page] = &[
         &[
             ("tinyrun sandbox exec \"$id\" -- pip install --user x", "run a command in a launched box"),
             ("tinyrun sandbox exec --json --timeout 30s \"$id\" -- make test", "a result object, as run gives"),
+            (
+                "tinyrun sandbox exec \"$id\" -- sh -c 'python3 -m http.server 8000 &'",
+                "a server that outlives its exec and answers later ones",
+            ),
         ],
     ),
     (

@@ -351,8 +351,7 @@ fn the_resident_init_is_out_of_reach() {
 fn box_pids_named(id: &str, comm: &str) -> Vec<i32> {
     let mut pids = BTreeSet::new();
     for d in tinyrun_conformance::sandbox::sandbox_cgroups(id) {
-        let procs = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-        pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+        pids.extend(tinyrun_conformance::cgroup_procs_recursive(&d));
     }
     pids.into_iter().filter(|p| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm)).collect()
 }
@@ -371,8 +370,9 @@ fn ns_links(pid: i32) -> Vec<(String, String)> {
 
 /// A program the resident init forks is in every namespace of the box and in its cgroups, under
 /// its seccomp filter, with no capability and no_new_privs, as a program `exec` made would be:
-/// compared from the host with the box's init. And a command dies with the `sandbox exec` that
-/// asked for it: the caller SIGKILLed, the command and what it started in its session are gone.
+/// compared from the host with the box's init (in a leaf cgroup of the box's). And a command dies
+/// with the `sandbox exec` that asked for it: the caller SIGKILLed, the command and what it
+/// started are gone.
 #[test]
 fn an_exec_is_confined_and_dies_with_its_caller() {
     require_root!();
@@ -405,7 +405,15 @@ fn an_exec_is_confined_and_dies_with_its_caller() {
     assert!(init > 1, "no init pid for {id}");
     assert!(init_ns.iter().all(|(_, l)| !l.is_empty()), "{init_ns:?}");
     assert_eq!(cmd_ns, init_ns, "the exec'd program's namespaces against the box init's");
-    assert_eq!(cg(s), cg(init), "the exec'd program's cgroups against the box init's");
+    // The box's cgroups, but for the one the command is killed by: a leaf of the box's own.
+    let (cmd_cg, init_cg) = (cg(s), cg(init));
+    let in_leaf = |(c, i): (&str, &str)| {
+        c == i || c.strip_prefix(i).is_some_and(|rest| rest.trim_start_matches('/').starts_with("exec-"))
+    };
+    assert!(
+        cmd_cg.lines().count() == init_cg.lines().count() && cmd_cg.lines().zip(init_cg.lines()).all(in_leaf),
+        "the exec'd program's cgroups against the box init's:\n{cmd_cg}\n{init_cg}"
+    );
     assert_eq!(field(s, "Seccomp"), "2");
     assert_eq!(field(s, "NoNewPrivs"), "1");
     assert_eq!(field(s, "CapEff"), "0000000000000000");
@@ -432,6 +440,125 @@ fn an_exec_is_confined_and_dies_with_its_caller() {
     assert!(again.ok(), "exec after a caller died: {again}");
     sb.raw(&["terminate", &id]).expect_ok("terminate");
     sb.assert_clean("resident exec");
+}
+
+/// Box processes whose command line contains `needle`, seen from the host in the box's cgroups.
+fn box_pids_running(id: &str, needle: &str) -> Vec<i32> {
+    let mut pids = BTreeSet::new();
+    for d in tinyrun_conformance::sandbox::sandbox_cgroups(id) {
+        pids.extend(tinyrun_conformance::cgroup_procs_recursive(&d));
+    }
+    pids.into_iter().filter(|p| cmdline(*p).join(" ").contains(needle)).collect()
+}
+
+/// The program cgroups (`exec-*`) under box `id`'s cgroups.
+fn exec_leaves(id: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in tinyrun_conformance::sandbox::sandbox_cgroups(id) {
+        out.extend(names_in(&d).into_iter().filter(|n| n.starts_with("exec-")).map(|n| d.join(n)));
+    }
+    out
+}
+
+/// `exec --timeout` kills the command and everything it started, by its cgroup: a program that
+/// left the command's session with `setsid` and one that double-forked away from it die with
+/// it. The result says SIGKILL, and nothing of them, nor of the command's cgroup, is left.
+#[test]
+fn an_exec_timeout_kills_what_escaped_its_session() {
+    require_root!();
+    let sb = Sbx::new("sbx_exec_escapees");
+    let id = sb.launch(&[]);
+    let script = "setsid sleep 201 & (sleep 202 &); sleep 203";
+    let t0 = Instant::now();
+    let o = sb.raw(&["exec", "--json", "--timeout", "1s", &id, "--", "sh", "-c", script]);
+    let took = t0.elapsed();
+    let v: serde_json::Value = serde_json::from_str(o.stdout.trim()).unwrap_or_default();
+    // SIGKILL takes a moment to land; give it one before looking.
+    let mut left = Vec::new();
+    let gone = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        left = box_pids_running(&id, "sleep 20");
+        left.is_empty()
+    });
+    let ps = sb.raw(&["exec", &id, "--", "ps", "-e", "-o", "args="]);
+    let leaves = exec_leaves(&id);
+    saw(
+        sb.name,
+        format!(
+            "{} in {took:?}; left: {left:?}; box ps {:?}; leaves {leaves:?}",
+            v,
+            ps.stdout.lines().collect::<Vec<_>>()
+        ),
+    );
+    assert_eq!(v["timed_out"], true, "{o}");
+    assert_eq!(v["signal"], "SIGKILL", "a deadline reports the signal it sent\n{o}");
+    assert!(v["exit_code"].is_null(), "{o}");
+    assert!(took < Duration::from_secs(4), "exec --timeout 1s took {took:?}");
+    assert!(gone, "programs that left the command's session outlived its timeout: {left:?}");
+    assert!(ps.ok() && !ps.stdout.contains("sleep"), "{ps}");
+    assert!(leaves.is_empty(), "program cgroups left behind: {leaves:?}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("exec escapees");
+}
+
+/// A local caller that connects to a box's agent socket, sends the start of a request (its
+/// length and three fds) and then the rest a byte at a time holds up no one: an exec meanwhile
+/// runs at once, and the slow caller is cut off once its request is late.
+#[test]
+fn a_slow_caller_holds_up_no_exec() {
+    require_root!();
+    use std::io::{Read, Write};
+    let sb = Sbx::new("sbx_slow_caller");
+    let id = sb.launch(&[]);
+    let sock = sb.rt.root().join("sandbox").join(&id).join("agent.sock");
+    let mut slow = std::os::unix::net::UnixStream::connect(&sock).expect("connect to the agent socket");
+    slow.set_read_timeout(Some(Duration::from_millis(50))).expect("read timeout");
+    let null = fs::File::open("/dev/null").expect("open /dev/null");
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&null);
+    let head = 1000u32.to_le_bytes();
+    nix::sys::socket::sendmsg::<()>(
+        std::os::fd::AsRawFd::as_raw_fd(&slow),
+        &[std::io::IoSlice::new(&head)],
+        &[nix::sys::socket::ControlMessage::ScmRights(&[fd, fd, fd])],
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )
+    .expect("send the request's length and fds");
+    let t0 = Instant::now();
+    let dribbler = std::thread::spawn(move || {
+        // Bytes keep coming for 5 s; init must not wait for all of them.
+        let mut cut_after = None;
+        while t0.elapsed() < Duration::from_secs(5) {
+            let mut b = [0u8; 256];
+            match slow.read(&mut b) {
+                Ok(_) => {
+                    cut_after = Some(t0.elapsed());
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    cut_after = Some(t0.elapsed());
+                    break;
+                }
+            }
+            if slow.write_all(b" ").is_err() {
+                cut_after = Some(t0.elapsed());
+                break;
+            }
+        }
+        cut_after
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t1 = Instant::now();
+    let fast = sb.raw(&["exec", &id, "--", "echo", "served"]);
+    let took = t1.elapsed();
+    let cut = dribbler.join().expect("the slow caller's thread");
+    saw(sb.name, format!("exec beside a slow caller took {took:?}; the slow caller was cut off after {cut:?}"));
+    assert!(fast.ok() && fast.stdout == "served\n", "{fast}");
+    assert!(took < Duration::from_secs(1), "an exec waited {took:?} behind a caller sending slowly");
+    assert!(cut.is_some_and(|c| c < Duration::from_secs(4)), "the slow caller was never cut off: {cut:?}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("slow caller");
 }
 
 /// Another local user (a throw-away account) against a launched box made with a secret in its

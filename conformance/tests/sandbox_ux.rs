@@ -2,7 +2,7 @@
 //! terminal; a launched box's lifetime (ended from outside, with no tinyrun process left
 //! running) and a per-exec timeout; exit statuses that tell the command's failure from tinyrun's
 //! (125 tinyrun, 126 not executable, 127 not found, 124 timed out); `--json` printing exactly one
-//! object in every case, with a schema version, stdin passed through and non-UTF-8 output kept
+//! object in every case, with a schema version, stdin passed through with -i and non-UTF-8 output kept
 //! as base64; pool management (`pool list`, `pool drain`, idle lifetime, hit or miss);
 //! `--cgroup-parent`; and flag errors that say what is wrong.
 //!
@@ -142,7 +142,7 @@ fn exit_statuses_and_flag_errors() {
     );
     assert_eq!((e3.code(), e127.code(), e126.code(), e124.code()), (Some(3), Some(127), Some(126), Some(124)));
     assert!(took < std::time::Duration::from_secs(5), "exec --timeout 1s took {took:?}");
-    // No `sleep` is left: the timed-out command's session is gone.
+    // No `sleep` is left: the timed-out command and what it started are gone.
     assert!(after.ok() && !after.stdout.contains("sleep"), "{after}");
     assert_eq!(no_id.code(), Some(125), "{no_id}");
 
@@ -193,7 +193,7 @@ fn json_is_always_one_object() {
         v.extend_from_slice(extra);
         v
     };
-    let stdin = with_stdin(&sb, &args(&["--", "cat"]), b"x\n");
+    let stdin = with_stdin(&sb, &args(&["-i", "--", "cat"]), b"x\n");
     let binary = sb.raw(&args(&["--", "sh", "-c", "printf '\\377\\376ok\\000'"]));
     let cut = sb.raw(&args(&["--output-cap", "5", "--", "sh", "-c", "printf '\\303\\251\\303\\251\\303\\251'"]));
     let setup = sb.raw(&args(&["--memory", "1k", "--", "true"]));
@@ -229,7 +229,7 @@ fn json_is_always_one_object() {
 
     assert!(stdin.ok(), "{stdin}");
     check_shape(&vs, &stdin);
-    assert_eq!(vs["stdout"]["text"], "x\n", "stdin reaches the command under --json\n{stdin}");
+    assert_eq!(vs["stdout"]["text"], "x\n", "stdin reaches the command under --json -i\n{stdin}");
     assert_eq!(vs["stdout"]["encoding"], "utf-8");
     assert_eq!(vs["error"], Value::Null);
 
@@ -254,7 +254,7 @@ fn json_is_always_one_object() {
 
     // exec --json: the same object, for a box that lives on.
     let id = sb.launch(&[]);
-    let e = with_stdin(&sb, &["exec", "--json", &id, "--", "sh", "-c", "cat; echo err >&2; exit 3"], b"in\n");
+    let e = with_stdin(&sb, &["exec", "--json", "-i", &id, "--", "sh", "-c", "cat; echo err >&2; exit 3"], b"in\n");
     let ve = one_object(&e);
     let t = sb.raw(&["exec", "--json", "--timeout", "500ms", &id, "--", "sleep", "10"]);
     let vt = one_object(&t);
@@ -629,4 +629,158 @@ fn persistent_box_pip_install() {
     assert!(copied.ok(), "{copied}");
     assert_eq!(text, "hello from a box\n");
     sb.assert_clean("the persistent-box pattern");
+}
+
+/// `sandbox exec` ends when its command exits, with its output up to then, whatever the command
+/// left running (E2B's background commands): `sh -c 'sleep 101 & echo x'` returns at once with
+/// exit 0 and `x`, and the sleep runs on in the box, still able to write to the output it was
+/// given, until the box is terminated; `--kill-children` kills it with the command. A server
+/// started in one exec answers the next. `run --pool` returns the same way.
+#[test]
+fn an_exec_leaves_its_background_children_running() {
+    require_root!();
+    let sb = Sbx::new("sbx_background");
+    // Short-lived: a tinyrun that waited for the background children waits at most this long.
+    let id = sb.launch(&["--lifetime", "120s"]);
+    let t0 = Instant::now();
+    let bg = sb.raw(&["exec", "--json", "--timeout", "5s", &id, "--", "sh", "-c", "sleep 101 & echo x"]);
+    let took = t0.elapsed();
+    let v = one_object(&bg);
+    // The writer outlives its exec, writes more than a pipe holds, then says it is done.
+    let writer = "(sleep 1; i=0; while [ $i -lt 20000 ]; do echo line $i; i=$((i+1)); done; echo ok > /work/bg) &";
+    let w = sb.raw(&["exec", "--timeout", "5s", &id, "--", "sh", "-c", writer]);
+    let server = "python3 -m http.server 18765 --bind 127.0.0.1 >/dev/null 2>&1 & echo started";
+    let srv = sb.raw(&["exec", "--timeout", "5s", &id, "--", "sh", "-c", server]);
+    let get = "import time, urllib.request\nfor _ in range(600):\n    try:\n        print(urllib.request.urlopen('http://127.0.0.1:18765/').status); break\n    except OSError:\n        time.sleep(0.1)";
+    let answer = sb.raw(&["exec", "--timeout", "90s", &id, "--", "python3", "-c", get]);
+    let mut wrote = sb.raw(&["exec", &id, "--", "cat", "/work/bg"]);
+    for _ in 0..300 {
+        if wrote.stdout == "ok\n" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        wrote = sb.raw(&["exec", &id, "--", "cat", "/work/bg"]);
+    }
+    let kc = sb.raw(&["exec", "--json", "--kill-children", &id, "--", "sh", "-c", "sleep 102 & echo y"]);
+    std::thread::sleep(Duration::from_millis(200));
+    let ps = sb.raw(&["exec", &id, "--", "ps", "-e", "-o", "args="]);
+    saw(
+        sb.name,
+        format!(
+            "bg exec {v} in {took:?}; writer exit {:?}, wrote {:?}; server {:?} answered {:?}; --kill-children {}; \
+             box ps {:?}",
+            w.code(),
+            wrote.stdout.trim(),
+            srv.stdout.trim(),
+            answer.stdout.trim(),
+            kc.stdout.trim(),
+            ps.stdout.lines().collect::<Vec<_>>()
+        ),
+    );
+    assert!(took < Duration::from_secs(3), "exec waited {took:?} for a background child");
+    assert_eq!((v["exit_code"].as_i64(), v["timed_out"].as_bool()), (Some(0), Some(false)), "{bg}");
+    assert_eq!(v["stdout"]["text"], "x\n", "{bg}");
+    assert!(w.ok() && srv.ok(), "{w}\n{srv}");
+    assert_eq!(answer.stdout.trim(), "200", "the server started by the exec before\n{answer}");
+    assert_eq!(wrote.stdout, "ok\n", "the background writer ran to its end after its exec\n{wrote}");
+    let vk = one_object(&kc);
+    assert_eq!((vk["exit_code"].as_i64(), vk["stdout"]["text"].as_str()), (Some(0), Some("y\n")), "{kc}");
+    assert!(ps.stdout.contains("sleep 101"), "the background sleep runs on\n{ps}");
+    assert!(!ps.stdout.contains("sleep 102"), "--kill-children left its child\n{ps}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("background children");
+
+    // A pooled run returns the same way; its box goes with the run.
+    let mut fill = vec!["pool", "fill", "1", "--timeout", "5s"];
+    fill.extend(sb.common());
+    sb.raw(&fill).expect_ok("pool fill 1");
+    let t0 = Instant::now();
+    let p = sb.run(&["--pool", "--json", "--timeout", "5s"], &["sh", "-c", "sleep 103 & echo z"]);
+    let took = t0.elapsed();
+    let vp = one_object(&p);
+    let pool = || -> Vec<Value> {
+        let o = sb.raw(&["pool", "list", "--format", "json"]);
+        serde_json::from_str::<Value>(o.stdout.trim()).ok().and_then(|v| v.as_array().cloned()).unwrap_or_default()
+    };
+    wait_for("the pool to be refilled", 30, || {
+        let boxes = pool();
+        boxes.len() == 1 && boxes.iter().all(|b| b["state"] == "idle")
+    });
+    sb.raw(&["pool", "drain"]).expect_ok("pool drain");
+    saw(sb.name, format!("run --pool: {vp} in {took:?}"));
+    assert_eq!(vp["pool"], "hit", "{p}");
+    assert_eq!((vp["exit_code"].as_i64(), vp["stdout"]["text"].as_str()), (Some(0), Some("z\n")), "{p}");
+    assert!(took < Duration::from_secs(3), "run --pool waited {took:?} for a background child");
+    wait_for("the pool to be drained", 10, || sb.list().is_empty());
+    sb.assert_clean("background children of a pooled run");
+}
+
+/// The deadline of `exec --timeout` counts from the call, not from the command's start: into a
+/// paused box (whose init can't answer) `exec --timeout 1s` returns near the deadline as timed
+/// out, and the box works again once resumed.
+#[test]
+fn an_exec_deadline_holds_in_a_paused_box() {
+    require_root!();
+    let sb = Sbx::new("sbx_paused_exec");
+    let id = sb.launch(&["--lifetime", "60s"]);
+    let state_root = sb.rt.root().join("sandbox");
+    let state_root = state_root.to_str().expect("utf-8 root");
+    sb.rt.run(&["--root", state_root, "pause", &id]).expect_ok("pause");
+    let t0 = Instant::now();
+    let mut call = sb.rt.spawn(&["sandbox", "exec", "--json", "--timeout", "1s", &id, "--", "echo", "hi"]);
+    let mut returned = None;
+    while t0.elapsed() < Duration::from_secs(8) {
+        if call.child.try_wait().expect("try_wait").is_some() {
+            returned = Some(t0.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Resumed either way, so a hung call ends and the box can be removed.
+    sb.rt.run(&["--root", state_root, "resume", &id]).expect_ok("resume");
+    let o = call.wait();
+    let after = sb.raw(&["exec", &id, "--", "echo", "resumed"]);
+    saw(sb.name, format!("exec --timeout 1s into a paused box returned after {returned:?}: {}", o.stdout.trim()));
+    let took = returned.unwrap_or_else(|| panic!("exec --timeout 1s into a paused box still waiting after 8 s\n{o}"));
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    let v = one_object(&o);
+    assert_eq!(v["timed_out"], true, "{o}");
+    assert!(after.ok() && after.stdout == "resumed\n", "{after}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("paused exec");
+}
+
+/// runc's env rules for an exec: `exec -e FOO=two` into a box launched with `-e FOO=one` gives
+/// the command one FOO, the exec's. And stdin is the caller's only with `-i`: without it the
+/// command's stdin is /dev/null, for `exec` and `run`.
+#[test]
+fn an_exec_env_overrides_and_stdin_is_opt_in() {
+    require_root!();
+    let sb = Sbx::new("sbx_exec_env_stdin");
+    let id = sb.launch(&["-e", "FOO=one"]);
+    // Read without a shell between, which would keep one entry of its own choosing.
+    let env = sb.raw(&["exec", "-e", "FOO=two", &id, "--", "cat", "/proc/self/environ"]);
+    let foo: Vec<&str> = env.stdout.split('\0').filter(|e| e.starts_with("FOO=")).collect();
+    let read = "cat; readlink /proc/self/fd/0";
+    let no_i = with_stdin(&sb, &["exec", &id, "--", "sh", "-c", read], b"secret\n");
+    let with_i = with_stdin(&sb, &["exec", "-i", &id, "--", "sh", "-c", "cat"], b"typed\n");
+    let run = with_stdin(&sb, &["run", "--", "sh", "-c", read], b"secret\n");
+    let run_json = with_stdin(&sb, &["run", "--json", "--", "sh", "-c", read], b"secret\n");
+    saw(
+        sb.name,
+        format!(
+            "env {foo:?}; exec stdin {:?}, with -i {:?}; run stdin {:?}, --json {:?}",
+            no_i.stdout,
+            with_i.stdout,
+            run.stdout,
+            run_json.stdout.trim()
+        ),
+    );
+    assert_eq!(foo, ["FOO=two"], "one FOO, the exec's\n{env}");
+    assert_eq!(no_i.stdout, "/dev/null\n", "{no_i}");
+    assert_eq!(with_i.stdout, "typed\n", "{with_i}");
+    assert_eq!(run.stdout, "/dev/null\n", "{run}");
+    assert_eq!(one_object(&run_json)["stdout"]["text"], "/dev/null\n", "{run_json}");
+    sb.raw(&["terminate", &id]).expect_ok("terminate");
+    sb.assert_clean("exec env and stdin");
 }

@@ -137,6 +137,10 @@ pub enum RuntimeError {
     /// Bad arguments from the caller (a signal name, a pid file path).
     #[error("{0}")]
     InvalidArgument(String),
+    /// The caller's deadline passed while waiting for this (a paused or
+    /// busy container's resident init).
+    #[error("deadline passed while waiting to {0}")]
+    DeadlinePassed(String),
 }
 
 impl RuntimeError {

@@ -9,6 +9,7 @@
 mod capabilities;
 mod cgroups;
 mod devices;
+mod env;
 mod error;
 mod exe;
 pub mod features;
@@ -32,12 +33,13 @@ mod tty;
 mod user;
 mod warn;
 
+pub use env::{check as check_env, merge as merge_env, prepare as prepare_env, InvalidEnv};
 pub use error::{CgroupError, InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
-    check_id, load_process, AgentCommand, AgentExit, AgentProcess, Container, ContainerState, CreateOptions,
-    ExecOptions, ProcessOverrides, RunOptions, Runtime, Status, Usage,
+    check_id, load_process, AgentCommand, AgentExit, AgentProcess, AgentStdio, Container, ContainerState,
+    CreateOptions, ExecOptions, ProcessOverrides, RunOptions, Runtime, Status, Usage,
 };
 pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;

@@ -141,6 +141,9 @@ pub(crate) struct SandboxRunArgs {
     /// take a pre-started sandbox from the pool (see `sandbox pool fill`)
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub pool: bool,
+    /// give the command our stdin (without it, its stdin is /dev/null)
+    #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub interactive: bool,
     /// the command and its arguments
     #[arg(required = true, last = true)]
     pub command: Vec<String>,
@@ -185,10 +188,20 @@ pub(crate) struct SandboxExecArgs {
     /// set an environment variable (repeatable)
     #[arg(short, long, value_name = "NAME=VALUE")]
     pub env: Vec<String>,
-    /// the command's wall-clock limit, e.g. 10s: then it, and what it started in its session, is killed; the box
-    /// lives on (the box's lifetime applies in any case)
+    /// the command's wall-clock limit from this call on, e.g. 10s: then it and everything it started are killed
+    /// (SIGKILL, by its cgroup); the box lives on (the box's lifetime applies in any case)
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
+    /// give the command our stdin (without it, its stdin is /dev/null)
+    #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub interactive: bool,
+    /// kill what the command leaves running (background processes, daemons) when it exits; without it they run on
+    /// until the box ends
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
+    pub kill_children: bool,
+    /// with --json, list the files the command wrote under this box directory (e.g. /work)
+    #[arg(long, value_name = "DIR")]
+    pub report_writes: Option<PathBuf>,
     /// print one JSON object with the outcome, output and usage, as `sandbox run --json` does
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub json: bool,

@@ -79,6 +79,9 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
                 timeout: a.timeout.as_deref().map(|t| duration("--timeout", t)).transpose()?,
                 capture: a.json,
                 output_cap: output_cap(&a.output_cap)?,
+                interactive: a.interactive,
+                kill_children: a.kill_children,
+                report_writes: a.report_writes.clone(),
             };
             report(&sandbox::exec(root, &a.id, &a.command, &req)?, a.json)
         }
@@ -110,6 +113,7 @@ fn run_once(root: &Path, a: &SandboxRunArgs) -> anyhow::Result<u8> {
     files(&mut opts, &a.files)?;
     opts.report_writes = a.report_writes.clone();
     opts.output_cap = output_cap(&a.output_cap)?;
+    opts.interactive = a.interactive;
     let res = if a.pool {
         sandbox::run_pooled(root, &opts, &a.command, a.json)?
     } else {

@@ -26,6 +26,7 @@ mod pool;
 mod result;
 mod run;
 mod spec;
+mod stdio;
 mod storage;
 mod sys;
 mod wait;

@@ -88,6 +88,8 @@ pub struct SandboxOptions {
     pub lifetime: Option<Duration>,
     /// `--cgroup-parent`: the cgroup each box's own cgroup is made under.
     pub cgroup_parent: String,
+    /// `-i`: the command gets our stdin (otherwise /dev/null).
+    pub interactive: bool,
 }
 
 /// The cgroup boxes go under unless `--cgroup-parent` says otherwise.
@@ -135,6 +137,7 @@ impl SandboxOptions {
             report_writes: None,
             lifetime: None,
             cgroup_parent: DEFAULT_CGROUP_PARENT.to_string(),
+            interactive: false,
         }
     }
 

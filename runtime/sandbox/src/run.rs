@@ -3,7 +3,7 @@
 //! a structured result.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -12,11 +12,13 @@ use nix::unistd::Pid;
 use super::ids::Allocator;
 use super::options::SandboxOptions;
 use super::spec::{self, SANDBOX_UID};
-use super::wait::{finish, Capture, Child, Interrupts, Scope};
+use super::stdio::Stdio;
+use super::wait::{finish, Child, Interrupts, Scope};
 use crate::error::{Error, Result};
 pub use crate::result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
 use tinyrun::{
-    AgentCommand, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError, Status,
+    AgentCommand, AgentStdio, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError,
+    Status,
 };
 
 /// Where boxes' compiled seccomp programs are kept, one per profile: every
@@ -109,14 +111,13 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, opts, cmd, host_id)?;
         let watch = files_in(&bundle, opts)?;
-        let mut io = Capture::new(capture)?;
-        let stdio = io.stdio();
+        let mut io = Stdio::direct(capture, opts.interactive)?;
         // The box dies with this process, even by SIGKILL: nothing would
         // be left to enforce its timeout.
         let create = CreateOptions {
             bundle: bundle.clone(),
             detach: true,
-            stdio,
+            stdio: Some(io.fds()),
             die_with_runtime: true,
             loopback: opts.loopback,
             seccomp_cache: Some(seccomp_cache(root)),
@@ -124,13 +125,13 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
             ..Default::default()
         };
         let mut c = rt.create(&id, &create)?;
-        let (out_r, err_r) = io.readers();
+        io.started();
         let pid = Pid::from_raw(c.pid());
         egress(root, &id, c.pid(), opts)?;
         c.start()?;
         drop(c);
         let child = Child::Own(pid);
-        let res = finish(&rt, &id, child, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
+        let res = finish(&rt, &id, child, started, started + opts.timeout, &mut io, opts.output_cap, Scope::Box)?;
         writes_into(res, watch)
     })();
     let result = not_run_as_result(result, capture, started);
@@ -201,10 +202,12 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let _signals = Interrupts::block()?;
     let result = (|| {
         let watch = files_in(&bundles.join(&id), opts)?;
-        let mut io = Capture::new(capture)?;
-        let child = spawn_in(&rt, &id, cmd, &opts.env, io.stdio())?;
-        let (out_r, err_r) = io.readers();
-        let res = finish(&rt, &id, child, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
+        let mut io = Stdio::piped(capture, opts.interactive)?;
+        let deadline = started + opts.timeout;
+        let how = Spawn { env: &opts.env, kill_children: false, deadline };
+        let Some(child) = spawned(spawn_in(&rt, &id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
+        io.started();
+        let res = finish(&rt, &id, child, started, deadline, &mut io, opts.output_cap, Scope::Box)?;
         writes_into(res, watch)
     })();
     let result = not_run_as_result(result, capture, started).map(|r| SandboxResult { pool: Some(PoolUse::Hit), ..r });
@@ -299,6 +302,13 @@ pub struct ExecRequest {
     pub capture: bool,
     /// Most bytes of stdout and of stderr kept when capturing.
     pub output_cap: usize,
+    /// Give the command our stdin (otherwise /dev/null).
+    pub interactive: bool,
+    /// Kill what the command leaves running when it exits (otherwise that
+    /// runs on until the box ends).
+    pub kill_children: bool,
+    /// List the files the command wrote under this box directory.
+    pub report_writes: Option<PathBuf>,
 }
 
 /// The runtime holding box `id` and the lifetime the box has left, unless
@@ -332,14 +342,17 @@ fn box_process(
 }
 
 /// Runs `cmd` in sandbox `id` (its files persist between calls) until it
-/// exits, its timeout passes (it and what it started in its session are
-/// killed, the box lives on) or the box's lifetime ends.
+/// exits, its timeout passes (it and everything it started are killed by
+/// its cgroup, the box lives on) or the box's lifetime ends. What it
+/// leaves running lives on until the box ends, unless
+/// `req.kill_children`. The timeout counts from this call on, so a paused
+/// or busy box can't stretch it.
 ///
 /// # Preconditions
 /// The caller is single-threaded.
 pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<SandboxResult> {
-    if let Some(e) = req.env.iter().find(|e| e.split_once('=').is_none_or(|(n, _)| n.is_empty())) {
-        return Err(Error::InvalidArgument(format!("invalid --env {e:?}: use NAME=VALUE")));
+    if let Some(e) = req.env.iter().find_map(|e| tinyrun::check_env(e).err()) {
+        return Err(Error::InvalidArgument(format!("--env: {e}: use NAME=VALUE")));
     }
     let (rt, lifetime) = live_box(root, id)?;
     let started = Instant::now();
@@ -351,31 +364,68 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     let deadline = started + limit.unwrap_or(Duration::from_secs(100 * 365 * 86400));
     let _signals = Interrupts::block()?;
     let result = (|| {
-        let mut io = Capture::new(req.capture)?;
-        let child = spawn_in(&rt, id, cmd, &req.env, io.stdio())?;
-        let (out_r, err_r) = io.readers();
-        let mut res = finish(&rt, id, child, started, deadline, out_r, err_r, req.output_cap, Scope::Session)?;
+        let bundle = dirs(root).1.join(id);
+        let watch = req.report_writes.as_deref().map(|d| crate::writes::watch(&bundle, d)).transpose()?;
+        let mut io = Stdio::piped(req.capture, req.interactive)?;
+        let how = Spawn { env: &req.env, kill_children: req.kill_children, deadline };
+        let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
+        io.started();
+        let mut res = finish(&rt, id, child, started, deadline, &mut io, req.output_cap, Scope::Command)?;
         // The box's end killed it: that is its timeout too.
         if lifetime.is_some_and(|l| started.elapsed() >= l) && res.signal.is_some() {
             res.timed_out = true;
         }
-        Ok(res)
+        writes_into(res, watch)
     })();
     not_run_as_result(result, req.capture, started)
 }
 
-/// Starts `cmd` in launched box `id`, as its user in /work, with `stdio`
-/// (ours if `None`): forked by the box's resident init, or, in a box
-/// without one, made by `exec`.
-fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], env: &[String], stdio: Option<[RawFd; 3]>) -> Result<Child> {
-    let agent = AgentCommand { args: cmd.to_vec(), env: env.to_vec(), cwd: Some("/work".into()) };
-    match rt.agent_spawn(id, &agent, stdio.unwrap_or([0, 1, 2])) {
+/// How [`spawn_in`] starts a command.
+struct Spawn<'a> {
+    env: &'a [String],
+    kill_children: bool,
+    /// Until the command runs, too (a paused or busy box).
+    deadline: Instant,
+}
+
+/// `None` when the deadline passed before the command started.
+fn spawned(r: Result<Child>) -> Result<Option<Child>> {
+    match r {
+        Err(Error::Runtime(RuntimeError::DeadlinePassed(_))) => Ok(None),
+        r => r.map(Some),
+    }
+}
+
+/// The result of a command whose deadline passed before it started: it is
+/// killed whenever it would have (see `tinyrun::AgentProcess`).
+fn timed_out(started: Instant) -> SandboxResult {
+    SandboxResult {
+        timed_out: true,
+        signal: Some("SIGKILL".into()),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        ..SandboxResult::default()
+    }
+}
+
+/// Starts `cmd` in launched box `id`, as its user in /work, with `io`:
+/// forked by the box's resident init, or, in a box without one, made by
+/// `exec`.
+fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio) -> Result<Child> {
+    let agent = AgentCommand {
+        args: cmd.to_vec(),
+        env: how.env.to_vec(),
+        cwd: Some("/work".into()),
+        kill_children: how.kill_children,
+        deadline: Some(how.deadline),
+    };
+    let drain = io.drained();
+    match rt.agent_spawn(id, &agent, &AgentStdio { fds: io.fds(), drain: &drain }) {
         Ok(p) => return Ok(Child::Agent(p)),
         Err(RuntimeError::InvalidState(_)) => {}
         Err(e) => return Err(e.into()),
     }
     let c = rt.load(id)?;
-    let process = box_process(&c, cmd, env, false)?;
+    let process = box_process(&c, cmd, how.env, false)?;
     let pid = c.exec_spawn(&ExecOptions {
         process,
         detach: true,
@@ -384,7 +434,7 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], env: &[String], stdio: Optio
         preserve_fds: 0,
         cgroups: Vec::new(),
         ignore_paused: false,
-        stdio,
+        stdio: Some(io.fds()),
     })?;
     Ok(Child::Own(pid))
 }

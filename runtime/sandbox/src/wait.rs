@@ -1,9 +1,13 @@
-//! Waiting for a sandboxed command: its output captured through pipes, the
-//! wall-clock limit enforced from outside, and the usage read at the end.
-//! Runs in the runtime process (`tinyrun sandbox run`).
+//! Waiting for a sandboxed command: its output captured or passed on
+//! (`stdio`), the wall-clock limit enforced from outside, and the usage
+//! read at the end. Runs in the runtime process (`tinyrun sandbox run`).
+//!
+//! A command a resident init runs is done when it exits, whatever it left
+//! running: the wait ends with its status and the output there is then. A
+//! one-shot box's init is the command, and the box ends with it: its
+//! output is read to the end.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Instant;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -11,47 +15,9 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use super::run::{Output, SandboxResult};
+use super::stdio::{drain, Stdio};
 use crate::error::{Error, Result};
 use tinyrun::{Runtime, RuntimeError};
-
-/// The box's stdio when its output is captured: our stdin (or /dev/null if
-/// we have none), a pipe for each of stdout and stderr. Without capture the
-/// box shares ours.
-pub(super) struct Capture {
-    stdin: Option<OwnedFd>,
-    out: Option<(OwnedFd, OwnedFd)>,
-    err: Option<(OwnedFd, OwnedFd)>,
-}
-
-impl Capture {
-    pub(super) fn new(capture: bool) -> Result<Capture> {
-        if !capture {
-            return Ok(Capture { stdin: None, out: None, err: None });
-        }
-        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(Error::sys("pipe"));
-        let stdin = match std::io::stdin().as_fd().try_clone_to_owned() {
-            Ok(fd) => fd,
-            Err(_) => {
-                let null = Path::new("/dev/null");
-                OwnedFd::from(std::fs::File::open(null).map_err(|e| Error::io("open", null, e))?)
-            }
-        };
-        Ok(Capture { stdin: Some(stdin), out: Some(pipe()?), err: Some(pipe()?) })
-    }
-
-    /// What the box's fds 0, 1 and 2 become, if captured.
-    pub(super) fn stdio(&self) -> Option<[std::os::fd::RawFd; 3]> {
-        let (stdin, out, err) = (self.stdin.as_ref()?, self.out.as_ref()?, self.err.as_ref()?);
-        Some([stdin.as_raw_fd(), out.1.as_raw_fd(), err.1.as_raw_fd()])
-    }
-
-    /// Our read ends, once the box has its copies of the write ends: ours
-    /// are closed here, so the reads see EOF when the box is done.
-    pub(super) fn readers(&mut self) -> (Option<OwnedFd>, Option<OwnedFd>) {
-        self.stdin = None;
-        (self.out.take().map(|(r, _)| r), self.err.take().map(|(r, _)| r))
-    }
-}
 
 /// The process a box runs the command as.
 pub(super) enum Child {
@@ -68,11 +34,12 @@ enum Ended {
 }
 
 impl Child {
-    /// Blocks until the command has ended; `None` if that can't be known
-    /// (the box was killed under it).
-    fn wait(self) -> Option<Ended> {
+    /// Blocks until the command has ended (a resident init's program: its
+    /// status is readable); `None` if that can't be known (the box was
+    /// killed under it).
+    fn wait(&mut self) -> Option<Ended> {
         match self {
-            Child::Own(pid) => match waitpid(pid, None).ok()? {
+            Child::Own(pid) => match waitpid(*pid, None).ok()? {
                 WaitStatus::Exited(_, code) => Some(Ended::Exited(code)),
                 WaitStatus::Signaled(_, sig, _) => Some(Ended::Signaled(sig.as_str().to_string())),
                 _ => None,
@@ -90,23 +57,31 @@ impl Child {
 
 enum Waited {
     Exited(Option<Ended>),
-    TimedOut(Child),
-    Interrupted(Child, nix::sys::signal::Signal),
+    TimedOut,
+    Interrupted(nix::sys::signal::Signal),
 }
 
-/// Waits for `child` until `deadline`, draining the output pipes into
-/// `res`. Without a pidfd or a signalfd there would be no timeout or no
-/// way to stop: either is an error, and the caller kills the box.
+/// What one pass of the wait polls, in this order.
+struct Polled {
+    pipes: usize,
+    end: bool,
+    stdin: bool,
+    feed: bool,
+}
+
+/// Waits for `child` until `deadline`, taking its output from `io` into
+/// `res` (or passing it on) and feeding it our stdin. Without a pidfd or
+/// a signalfd there would be no timeout or no way to stop: either is an
+/// error, and the caller kills the box.
 fn wait_capturing(
-    child: Child,
+    child: &mut Child,
     deadline: Instant,
-    out: Option<OwnedFd>,
-    err: Option<OwnedFd>,
+    io: &mut Stdio,
     cap: usize,
     res: &mut SandboxResult,
 ) -> Result<Waited> {
     // Readable once the command has ended.
-    let pidfd = match &child {
+    let pidfd = match &*child {
         Child::Own(pid) => Some(crate::sys::pidfd_open(*pid).map_err(Error::sys("pidfd_open"))?),
         Child::Agent(_) => None,
     };
@@ -116,30 +91,57 @@ fn wait_capturing(
     )
     .map_err(Error::sys("signalfd"))?;
     let mut pipes: Vec<(OwnedFd, bool)> =
-        [(out, false), (err, true)].into_iter().filter_map(|(f, is_err)| f.map(|f| (f, is_err))).collect();
-    let mut exited = false;
+        [(io.out.take(), false), (io.err.take(), true)].into_iter().filter_map(|(f, e)| f.map(|f| (f, e))).collect();
+    let mut ended: Option<Option<Ended>> = None;
+    let stdin = std::io::stdin();
     loop {
-        if exited && pipes.is_empty() {
-            return Ok(Waited::Exited(child.wait()));
+        if let Some(e) = ended.take() {
+            // A resident init's program: the output there is now, no more.
+            if matches!(child, Child::Agent(_)) {
+                for (fd, is_err) in &pipes {
+                    let sink = if *is_err { &mut res.stderr } else { &mut res.stdout };
+                    for _ in 0..64 {
+                        if !drain_now(fd, sink, cap, io.capture, *is_err) {
+                            break;
+                        }
+                    }
+                }
+                return Ok(Waited::Exited(e));
+            }
+            if pipes.is_empty() {
+                return Ok(Waited::Exited(e));
+            }
+            ended = Some(e);
         }
         if let Ok(Some(info)) = sigfd.read_signal() {
             if let Ok(sig) = nix::sys::signal::Signal::try_from(info.ssi_signo as i32) {
-                return Ok(Waited::Interrupted(child, sig));
+                return Ok(Waited::Interrupted(sig));
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(Waited::TimedOut(child));
+            return Ok(Waited::TimedOut);
         }
         let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
         let mut fds: Vec<PollFd> = pipes.iter().map(|(f, _)| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
-        if !exited {
-            let end = match (&pidfd, &child) {
+        let mut polled = Polled { pipes: pipes.len(), end: false, stdin: false, feed: false };
+        if ended.is_none() {
+            let end = match (&pidfd, &*child) {
                 (Some(fd), _) => fd.as_fd(),
                 (None, Child::Agent(p)) => p.as_fd(),
                 (None, Child::Own(_)) => return Err(Error::InvalidState("no handle on the command".into())),
             };
             fds.push(PollFd::new(end, PollFlags::POLLIN));
+            polled.end = true;
+        }
+        let (want_stdin, want_pipe) = io.feed.as_ref().map_or((false, false), |f| f.wants());
+        if want_stdin {
+            fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+            polled.stdin = true;
+        }
+        if let (true, Some(pipe)) = (want_pipe, io.feed.as_ref().and_then(|f| f.pipe())) {
+            fds.push(PollFd::new(pipe, PollFlags::POLLOUT));
+            polled.feed = true;
         }
         fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
         if poll(&mut fds, PollTimeout::from(ms)).is_err() {
@@ -147,38 +149,44 @@ fn wait_capturing(
         }
         let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
         drop(fds);
-        if !exited && ready.get(pipes.len()).copied().unwrap_or(false) {
-            exited = true;
+        let mut at = polled.pipes;
+        if polled.end {
+            if ready.get(at).copied().unwrap_or(false) {
+                ended = Some(child.wait());
+            }
+            at += 1;
+        }
+        if let Some(feed) = io.feed.as_mut() {
+            if polled.stdin && ready.get(at).copied().unwrap_or(false) {
+                feed.read_ours();
+            }
+            at += usize::from(polled.stdin);
+            if polled.feed && ready.get(at).copied().unwrap_or(false) {
+                feed.write_box();
+            }
         }
         let mut i = 0;
+        let mut k = 0;
         while i < pipes.len() {
-            if ready[i] {
-                let (fd, is_err) = &pipes[i];
-                let sink = if *is_err { &mut res.stderr } else { &mut res.stdout };
-                if !drain(fd, sink, cap) {
-                    pipes.remove(i);
-                    continue;
-                }
+            let was_ready = ready.get(k).copied().unwrap_or(false);
+            k += 1;
+            let (fd, is_err) = &pipes[i];
+            let sink = if *is_err { &mut res.stderr } else { &mut res.stdout };
+            if was_ready && !drain(fd, sink, cap, io.capture, *is_err) {
+                pipes.remove(i);
+                continue;
             }
             i += 1;
         }
     }
 }
 
-/// Reads what's there; false at end of file.
-fn drain(fd: &OwnedFd, sink: &mut Output, cap: usize) -> bool {
-    let mut buf = [0u8; 16 * 1024];
-    match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
-        Ok(0) | Err(_) => false,
-        Ok(n) => {
-            let room = cap.saturating_sub(sink.bytes.len());
-            if n > room {
-                sink.truncated = true;
-            }
-            sink.bytes.extend_from_slice(&buf[..n.min(room)]);
-            true
-        }
-    }
+/// One read of what is there now; false when nothing more is.
+fn drain_now(fd: &OwnedFd, sink: &mut Output, cap: usize, capture: bool, is_err: bool) -> bool {
+    let before = sink.bytes.len();
+    let mut readable = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    let ready = poll(&mut readable, PollTimeout::ZERO).is_ok_and(|n| n > 0);
+    ready && drain(fd, sink, cap, capture, is_err) && (sink.bytes.len() > before || !capture)
 }
 
 /// What to kill when the deadline passes or we are told to stop.
@@ -186,69 +194,58 @@ fn drain(fd: &OwnedFd, sink: &mut Output, cap: usize) -> bool {
 pub(super) enum Scope {
     /// The whole box (a one-shot or pooled run).
     Box,
-    /// The command's session only (an `exec` into a box that lives on):
-    /// the command is a session leader, and what it started is in its
-    /// session unless it left with setsid (that lives on until the box's
-    /// lifetime ends).
-    Session,
+    /// The command's own: its cgroup, for a program of the box's resident
+    /// init (everything it started, `setsid` or not); its session, for
+    /// one `exec` made in a box without one.
+    Command,
 }
 
-/// Waits (capturing output) until `child` exits, the deadline passes or
-/// we are told to stop; in the last two cases `scope` is killed. Then
-/// reads the box's usage.
+/// Waits until `child` exits, the deadline passes or we are told to
+/// stop; in the last two cases `scope` is killed. Then reads the box's
+/// usage.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
     rt: &Runtime,
     id: &str,
-    child: Child,
+    mut child: Child,
     started: Instant,
     deadline: Instant,
-    out: Option<OwnedFd>,
-    err: Option<OwnedFd>,
+    io: &mut Stdio,
     cap: usize,
     scope: Scope,
 ) -> Result<SandboxResult> {
     let mut res = SandboxResult::default();
     // Only a captured result is shown whole: without capture the caller
     // sees the status alone, and the usage isn't worth its reads.
-    let capturing = out.is_some();
-    // Our own child is reaped even when waiting failed.
-    let own = match &child {
-        Child::Own(pid) => Some(*pid),
-        Child::Agent(_) => None,
-    };
-    let (child, interrupted) = match wait_capturing(child, deadline, out, err, cap, &mut res) {
-        Ok(Waited::Exited(s)) => (Ok(s), None),
-        Ok(Waited::TimedOut(c)) => {
+    let capturing = io.capture;
+    let waited = wait_capturing(&mut child, deadline, io, cap, &mut res);
+    let interrupted = match &waited {
+        Ok(Waited::Exited(_)) => None,
+        Ok(Waited::TimedOut) => {
             res.timed_out = true;
-            (Err(Some(c)), None)
+            None
         }
-        Ok(Waited::Interrupted(c, sig)) => (Err(Some(c)), Some(sig)),
-        Err(e) => {
-            // A command of the resident init's went with its connection.
-            if own.is_some() || scope == Scope::Box {
-                kill_scope(rt, id, scope, None, own)?;
-            }
-            if let Some(pid) = own {
+        Ok(Waited::Interrupted(sig)) => Some(*sig),
+        Err(_) => None,
+    };
+    let ended = match waited {
+        Ok(Waited::Exited(e)) => e,
+        Ok(_) | Err(_) => {
+            // Killed from outside: the whole box by its cgroup, or the
+            // command's own. A box that can't be killed is an error, not a
+            // result.
+            let killed = kill_scope(rt, id, scope, &child);
+            if let Child::Own(pid) = child {
                 let _ = waitpid(pid, None);
             }
-            return Err(e);
-        }
-    };
-    let ended = match child {
-        Ok(ended) => ended,
-        Err(c) => {
-            // Killed from outside: the whole box by its cgroup, or the
-            // command's session. A box that can't be killed is an error,
-            // not a result.
-            kill_scope(rt, id, scope, c.as_ref(), own)?;
-            // A resident init killed with its box can't tell: our SIGKILL
-            // is what ended the command.
-            let ended = c.and_then(Child::wait).or_else(|| Some(Ended::Signaled("SIGKILL".into())));
+            killed?;
+            waited?;
             if let Some(sig) = interrupted {
                 return Err(Error::Stopped { id: id.to_string(), signal: sig });
             }
-            ended
+            // Our SIGKILL is what ended it (a resident init's program is
+            // not waited for: a paused box would hold us).
+            Some(Ended::Signaled("SIGKILL".into()))
         }
     };
     match ended {
@@ -267,13 +264,13 @@ pub(super) fn finish(
     Ok(res)
 }
 
-/// Kills what `scope` says of box `id`: all of it, or the session of the
-/// command (`child`, or our own `pid`).
-fn kill_scope(rt: &Runtime, id: &str, scope: Scope, child: Option<&Child>, own: Option<Pid>) -> Result<()> {
-    match (scope, child, own) {
-        (Scope::Session, Some(Child::Agent(p)), _) => p.kill()?,
-        (Scope::Session, _, Some(pid)) => kill_session(rt, id, pid),
-        _ => match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
+/// Kills what `scope` says of box `id`: all of it, or the command's own
+/// (`child`'s cgroup, or the session of our own `child`).
+fn kill_scope(rt: &Runtime, id: &str, scope: Scope, child: &Child) -> Result<()> {
+    match (scope, child) {
+        (Scope::Command, Child::Agent(p)) => p.kill(),
+        (Scope::Command, Child::Own(pid)) => kill_session(rt, id, *pid),
+        (Scope::Box, _) => match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
             Ok(()) | Err(RuntimeError::NotRunning) => {}
             Err(e) => return Err(e.into()),
         },

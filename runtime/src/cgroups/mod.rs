@@ -1,6 +1,7 @@
 //! Cgroups: a thin adapter over `libcgroups` (runtime-spec "Linux: Control
 //! groups"). Runs in the runtime process only, never in init (init only
-//! writes "0" to the files a [`join::SelfJoin`] names).
+//! writes "0" to the files a [`join::SelfJoin`] names, and a resident init
+//! works through the fds of a [`LeafFds`]).
 //!
 //! [`Cgroup`] is the container's cgroup: made (and its limits applied) by
 //! `create` before init runs any code of its own, opened again from the
@@ -40,7 +41,8 @@
 //! the cgroup and putting processes in it), `limits` (applying and updating
 //! `linux.resources`), `freeze` (the freezer and signalling every process),
 //! `read` (pids, stats, usage, OOM kills), `destroy` (removal), `only` (a v1
-//! cgroup kept to the hierarchies a caller names). This file
+//! cgroup kept to the hierarchies a caller names), `leaf` (a cgroup per
+//! program a resident init runs). This file
 //! holds the [`Cgroup`] handle itself and where its directories are.
 //!
 //! Every path is taken under the handle's `root` (`/sys/fs/cgroup` outside
@@ -52,6 +54,7 @@ mod destroy;
 mod freeze;
 mod hierarchy;
 mod join;
+mod leaf;
 mod limits;
 mod manager;
 mod only;
@@ -75,6 +78,7 @@ use check::Layout;
 pub(crate) use check::{check_spec, drop_ignored};
 pub(crate) use freeze::is_frozen;
 pub(crate) use hierarchy::Mount;
+pub(crate) use leaf::{Leaf, LeafFds, Survivors};
 pub(crate) use only::normalise as normalise_v1_controllers;
 pub use stats::StatsData;
 pub(crate) use sub::SubCgroups;

@@ -2,21 +2,25 @@
 //! (`CreateOptions::agent`): the caller's side of the conversation that
 //! `process::resident` describes.
 //!
-//! Nothing is loaded or locked: the request goes straight to the socket in
-//! the state directory, and init, which holds the container's whole set-up,
-//! forks the program. That is the point of it: no config parse, no setns,
-//! no cgroup join, no seccomp load per program.
+//! Nothing is locked and no config is parsed: the state record names the
+//! container's cgroup, under which the program gets a leaf of its own
+//! (`cgroups::leaf`), and the request goes straight to the socket in the
+//! state directory. Init, which holds the container's whole set-up, forks
+//! the program: no setns, no seccomp load per program.
 
-use std::io::{BufRead, BufReader, Write};
+use std::cell::Cell;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+use nix::sys::socket::{sendmsg, setsockopt, sockopt, ControlMessage, MsgFlags};
 
 use super::{check_id, Runtime};
+use crate::cgroups::{Leaf, Survivors};
 use crate::error::{Result, RuntimeError};
-use crate::process::resident::{Reply, Request, MAX_REQUEST};
+use crate::process::resident::wire::{Reply, Request, MAX_REQUEST};
 use crate::state::AGENT_SOCKET;
 
 /// A program for a resident init to run.
@@ -25,10 +29,27 @@ pub struct AgentCommand {
     /// The program and its arguments; `args[0]` is looked up in the
     /// container as execvp would.
     pub args: Vec<String>,
-    /// `NAME=VALUE` entries added to the container's `process.env`.
+    /// `NAME=VALUE` entries merged over the container's `process.env`
+    /// (see [`crate::merge_env`]: the last entry of a name wins).
     pub env: Vec<String>,
     /// The working directory, instead of `process.cwd`.
     pub cwd: Option<PathBuf>,
+    /// Kill what the program leaves running as soon as it exits; otherwise
+    /// that lives on until the container ends.
+    pub kill_children: bool,
+    /// By when the program must have started: connecting, sending and
+    /// waiting for init's answer all end then, with
+    /// [`RuntimeError::DeadlinePassed`].
+    pub deadline: Option<Instant>,
+}
+
+/// The program's stdio, and the read ends (of pipes among its stdout and
+/// stderr, at most two) that init should empty once the caller is done, so
+/// that what the program leaves running can go on writing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AgentStdio<'a> {
+    pub fds: [RawFd; 3],
+    pub drain: &'a [RawFd],
 }
 
 /// How a program run by a resident init ended.
@@ -40,81 +61,102 @@ pub enum AgentExit {
     Signaled(i32),
 }
 
-/// A program a resident init runs for us, in its own session. Dropping
-/// this (or our process dying) makes init SIGKILL that session.
+/// A program a resident init runs for us, in a cgroup of its own.
+/// Dropping this before its status is read (or our process dying) kills
+/// everything in that cgroup; dropping it afterwards leaves what the
+/// program started running in the container.
 pub struct AgentProcess {
-    conn: BufReader<UnixStream>,
+    /// Read a line at a time and never past one, so that a status init
+    /// has sent always leaves the socket readable (see [`Self::as_fd`]).
+    conn: UnixStream,
     pid: i32,
     /// The socket it came through, for errors.
     path: PathBuf,
+    leaf: Option<Leaf>,
+    /// Its status has been read.
+    ended: bool,
+    killed: Cell<bool>,
 }
 
 impl Runtime {
-    /// Runs `cmd` in container `id`, which must have a resident init, with
-    /// `stdio` as its stdin, stdout and stderr. Returns once the program
-    /// has been exec'd; a program that can't be run is an
-    /// [`RuntimeError::Exec`], as for `exec`. A container without a
-    /// resident init is [`RuntimeError::InvalidState`], and only that is.
-    pub fn agent_spawn(&self, id: &str, cmd: &AgentCommand, stdio: [RawFd; 3]) -> Result<AgentProcess> {
+    /// Runs `cmd` in container `id`, which must have a resident init and a
+    /// cgroup, with `stdio`. Returns once the program has been exec'd; a
+    /// program that can't be run is an [`RuntimeError::Exec`], as for
+    /// `exec`. A container without a resident init is
+    /// [`RuntimeError::InvalidState`], and only that is.
+    pub fn agent_spawn(&self, id: &str, cmd: &AgentCommand, stdio: &AgentStdio<'_>) -> Result<AgentProcess> {
         check_id(id)?;
         if cmd.args.is_empty() {
             return Err(RuntimeError::InvalidArgument("a program to run needs args".into()));
         }
         let dir = self.root().join(id);
         let path = dir.join(AGENT_SOCKET);
-        let conn =
-            crate::state::via_socket(&dir, AGENT_SOCKET, |p| UnixStream::connect(p)).map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound if dir.exists() => {
-                    RuntimeError::InvalidState(format!("container {id} has no resident init"))
-                }
-                std::io::ErrorKind::NotFound => RuntimeError::NotFound(id.to_string()),
-                std::io::ErrorKind::ConnectionRefused => RuntimeError::NotRunning,
-                _ => RuntimeError::io("connect to", &path, e),
-            })?;
+        let conn = connect(&dir, cmd.deadline).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound if dir.exists() => {
+                RuntimeError::InvalidState(format!("container {id} has no resident init"))
+            }
+            std::io::ErrorKind::NotFound => RuntimeError::NotFound(id.to_string()),
+            std::io::ErrorKind::ConnectionRefused => RuntimeError::NotRunning,
+            std::io::ErrorKind::WouldBlock => RuntimeError::DeadlinePassed(format!("connect to {}", path.display())),
+            _ => RuntimeError::io("connect to", &path, e),
+        })?;
+        let leaf = self.peek(id)?.cgroup_required()?.make_leaf()?;
+        let v2 = leaf.fds().v2;
+        let mut fds = stdio.fds.to_vec();
+        fds.extend_from_slice(stdio.drain);
+        fds.extend([leaf.fds().procs.as_raw_fd(), leaf.fds().ctl.as_raw_fd()]);
         let req = Request {
             args: cmd.args.clone(),
             env: cmd.env.clone(),
             cwd: cmd.cwd.as_ref().map(|c| c.to_string_lossy().into_owned()),
+            kill_children: cmd.kill_children,
+            drain: stdio.drain.len(),
+            cgroup_v2: v2,
         };
-        let body = serde_json::to_vec(&req).map_err(|e| RuntimeError::InvalidArgument(format!("request: {e}")))?;
-        if body.len() > MAX_REQUEST {
-            return Err(RuntimeError::InvalidArgument(format!(
-                "args and env take {} bytes, more than {MAX_REQUEST}",
-                body.len()
-            )));
-        }
-        let len = u32::try_from(body.len()).unwrap_or(u32::MAX).to_le_bytes();
-        send_with_fds(&conn, &len, stdio).map_err(|e| RuntimeError::io("send request to", &path, e.into()))?;
-        (&conn).write_all(&body).map_err(|e| RuntimeError::io("send request to", &path, e))?;
-        let mut proc = AgentProcess { conn: BufReader::new(conn), pid: 0, path };
+        let mut proc = AgentProcess { conn, pid: 0, path, leaf: Some(leaf), ended: false, killed: Cell::new(false) };
+        proc.send(&req, &fds, cmd.deadline)?;
         match proc.reply()? {
             Some(Reply::Started { pid }) => {
                 proc.pid = pid;
+                // From here the caller waits on its own terms.
+                let _ = proc.set_timeouts(None);
                 Ok(proc)
             }
             Some(Reply::Failed(e)) => Err(RuntimeError::Exec(e)),
-            Some(other) => Err(RuntimeError::io(
-                "read from",
-                &proc.path,
-                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{other:?} before the program started")),
-            )),
+            Some(other) => Err(proc.bad_reply(format!("{other:?} before the program started"))),
             None => Err(RuntimeError::NotRunning),
         }
     }
 }
 
-/// The four length bytes, with the three fds on them.
-fn send_with_fds(conn: &UnixStream, head: &[u8; 4], fds: [RawFd; 3]) -> nix::Result<()> {
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [std::io::IoSlice::new(head)];
-    loop {
-        match sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            Ok(4) => return Ok(()),
-            Ok(_) => return Err(nix::errno::Errno::EMSGSIZE),
-            Err(e) => return Err(e),
-        }
+/// A connection to the agent socket in `dir`, given up at `deadline` (a
+/// full listen backlog makes connect wait: init is paused or busy).
+fn connect(dir: &Path, deadline: Option<Instant>) -> std::io::Result<UnixStream> {
+    use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    let sock = socket(AddressFamily::Unix, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    if let Some(d) = deadline {
+        setsockopt(&sock, sockopt::SendTimeout, &time_left(d)?)?;
     }
+    crate::state::via_socket(dir, AGENT_SOCKET, |p| {
+        let addr = UnixAddr::new(p)?;
+        match nix::sys::socket::connect(sock.as_raw_fd(), &addr) {
+            // A timed-out connect says EAGAIN, as a full backlog does.
+            Err(nix::errno::Errno::EAGAIN) => Err(std::io::ErrorKind::WouldBlock.into()),
+            r => r.map_err(std::io::Error::from),
+        }
+    })?;
+    Ok(UnixStream::from(sock))
+}
+
+/// What is left until `deadline`, as a socket timeout (at least 1 µs: zero
+/// would mean none); an error when nothing is.
+fn time_left(deadline: Instant) -> std::io::Result<nix::sys::time::TimeVal> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(std::io::ErrorKind::WouldBlock.into());
+    }
+    let us = i64::try_from(left.as_micros()).unwrap_or(i64::MAX).max(1);
+    Ok(nix::sys::time::TimeVal::new(us / 1_000_000, us % 1_000_000))
 }
 
 impl AgentProcess {
@@ -126,41 +168,125 @@ impl AgentProcess {
     /// Readable once the program has ended (its status can then be read
     /// without blocking) or init is gone.
     pub fn as_fd(&self) -> BorrowedFd<'_> {
-        self.conn.get_ref().as_fd()
+        self.conn.as_fd()
     }
 
-    /// Asks init to SIGKILL the program and everything in its session.
-    pub fn kill(&self) -> Result<()> {
-        match (self.conn.get_ref()).write_all(b"k") {
-            Ok(()) => Ok(()),
-            // Init is gone, and the program with it.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-            Err(e) => Err(RuntimeError::io("write to", &self.path, e)),
+    /// SIGKILLs the program and everything in its cgroup, from here: it
+    /// works in a paused container too (its processes die once it
+    /// resumes) and needs nothing from init.
+    pub fn kill(&self) {
+        if let Some(leaf) = &self.leaf {
+            leaf.fds().kill();
         }
+        self.killed.set(true);
     }
 
     /// Waits until the program ends. `None` if init went away first (the
     /// container was killed), so no status is known.
-    pub fn wait(mut self) -> Result<Option<AgentExit>> {
+    pub fn wait(&mut self) -> Result<Option<AgentExit>> {
         loop {
-            match self.reply()? {
-                Some(Reply::Exited { code }) => return Ok(Some(AgentExit::Exited(code))),
-                Some(Reply::Signaled { signal }) => return Ok(Some(AgentExit::Signaled(signal))),
+            let exit = match self.reply()? {
+                Some(Reply::Exited { code }) => AgentExit::Exited(code),
+                Some(Reply::Signaled { signal }) => AgentExit::Signaled(signal),
                 Some(_) => continue,
                 None => return Ok(None),
-            }
+            };
+            self.ended = true;
+            return Ok(Some(exit));
         }
+    }
+
+    /// The request, its fds on the first bytes, all sent by `deadline`.
+    fn send(&mut self, req: &Request, fds: &[RawFd], deadline: Option<Instant>) -> Result<()> {
+        let body = serde_json::to_vec(req).map_err(|e| RuntimeError::InvalidArgument(format!("request: {e}")))?;
+        if body.len() > MAX_REQUEST {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "args and env take {} bytes, more than {MAX_REQUEST}",
+                body.len()
+            )));
+        }
+        self.set_timeouts(deadline)?;
+        let head = u32::try_from(body.len()).unwrap_or(u32::MAX).to_le_bytes();
+        let conn = &self.conn;
+        send_with_fds(conn, &head, fds).map_err(|e| self.io_err("send request to", e.into()))?;
+        (&*conn).write_all(&body).map_err(|e| self.io_err("send request to", e))
+    }
+
+    /// Send and receive timeouts for what is left until `deadline`, or none.
+    fn set_timeouts(&self, deadline: Option<Instant>) -> Result<()> {
+        let t = match deadline {
+            Some(d) => time_left(d).map_err(|e| self.io_err("send request to", e))?,
+            None => nix::sys::time::TimeVal::new(0, 0),
+        };
+        let conn = &self.conn;
+        let set =
+            setsockopt(conn, sockopt::SendTimeout, &t).and_then(|()| setsockopt(conn, sockopt::ReceiveTimeout, &t));
+        set.map_err(|e| self.io_err("set timeouts on", e.into()))
     }
 
     /// The next line from init; `None` at the end of the connection.
     fn reply(&mut self) -> Result<Option<Reply>> {
-        let mut line = String::new();
-        let n = self.conn.read_line(&mut line).map_err(|e| RuntimeError::io("read from", &self.path, e))?;
-        if n == 0 {
-            return Ok(None);
+        let mut line = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            // Peeked first: only the bytes up to the newline are taken.
+            let n = nix::sys::socket::recv(self.conn.as_raw_fd(), &mut buf, MsgFlags::MSG_PEEK)
+                .map_err(|e| self.io_err("read from", e.into()))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let peeked = buf.get(..n).unwrap_or_default();
+            let take = peeked.iter().position(|b| *b == b'\n').map_or(n, |i| i + 1);
+            let mut part = vec![0u8; take];
+            (&self.conn).read_exact(&mut part).map_err(|e| self.io_err("read from", e))?;
+            line.extend_from_slice(&part);
+            if line.ends_with(b"\n") {
+                break;
+            }
         }
-        serde_json::from_str(&line).map(Some).map_err(|e| {
-            RuntimeError::io("read from", &self.path, std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-        })
+        serde_json::from_slice(&line).map(Some).map_err(|e| self.bad_reply(e.to_string()))
+    }
+
+    fn bad_reply(&self, why: String) -> RuntimeError {
+        RuntimeError::io("read from", &self.path, std::io::Error::new(std::io::ErrorKind::InvalidData, why))
+    }
+
+    /// A timed-out send or receive is the deadline's doing.
+    fn io_err(&self, op: &'static str, e: std::io::Error) -> RuntimeError {
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                RuntimeError::DeadlinePassed(format!("start the program through {}", self.path.display()))
+            }
+            _ => RuntimeError::io(op, &self.path, e),
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    /// Before its status: the program and what it started are killed
+    /// (init does the same when the connection closes, unless it is
+    /// paused). After: what it left running moves up into the
+    /// container's cgroup. Either way its leaf goes.
+    fn drop(&mut self) {
+        if !self.ended && !self.killed.get() {
+            self.kill();
+        }
+        if let Some(leaf) = self.leaf.take() {
+            leaf.release(if self.killed.get() { Survivors::Dying } else { Survivors::Keep });
+        }
+    }
+}
+
+/// The four length bytes, with `fds` on them.
+fn send_with_fds(conn: &UnixStream, head: &[u8; 4], fds: &[RawFd]) -> nix::Result<()> {
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let iov = [std::io::IoSlice::new(head)];
+    loop {
+        match sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Ok(4) => return Ok(()),
+            Ok(_) => return Err(nix::errno::Errno::EMSGSIZE),
+            Err(e) => return Err(e),
+        }
     }
 }

@@ -71,8 +71,9 @@ impl Container {
             return Err(RuntimeError::InvalidArgument("exec needs a command, or --process".into()));
         }
         p.set_args(Some(o.args.clone()));
-        let mut env = p.env().clone().unwrap_or_default();
-        env.extend(o.env.iter().cloned());
+        // `--env` over the config's, by runc's rules (an entry per name).
+        let env = crate::env::merge(p.env().as_deref().unwrap_or_default(), &o.env)
+            .map_err(|e| RuntimeError::InvalidArgument(format!("--env: {e}")))?;
         p.set_env(Some(env));
         if let Some(cwd) = &o.cwd {
             p.set_cwd(cwd.clone());

@@ -28,7 +28,7 @@ use crate::process::finalize::ProcessConfig;
 use crate::state::{Record, StateDir};
 use crate::user::Ids;
 
-pub use agent::{AgentCommand, AgentExit, AgentProcess};
+pub use agent::{AgentCommand, AgentExit, AgentProcess, AgentStdio};
 pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};
 pub use run::RunOptions;
@@ -168,7 +168,8 @@ pub(crate) fn process_config(p: &Process, preserved_fds: u32) -> Result<ProcessC
         },
         umask: user.umask(),
         args,
-        env: dedup_env(p.env().as_deref().unwrap_or_default()),
+        env: crate::env::prepare(p.env().iter().flatten())
+            .map_err(|e| RuntimeError::InvalidSpec(format!("process.env: {e}")))?,
         cwd: p.cwd().clone(),
         no_new_privs: p.no_new_privileges().unwrap_or(false),
         preserved_fds,
@@ -184,38 +185,9 @@ pub(crate) fn process_config(p: &Process, preserved_fds: u32) -> Result<ProcessC
     })
 }
 
-/// One entry per name, the last value winning in the first one's place, as
-/// runc builds a process's environment: `exec --env NAME=VALUE` (appended
-/// to the config's) overrides the config's `NAME`. An entry without `=` is
-/// kept as it is.
-fn dedup_env(env: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(env.len());
-    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for kv in env {
-        match kv.split_once('=') {
-            Some((name, _)) => match at.get(name) {
-                Some(&i) => out[i].clone_from(kv),
-                None => {
-                    at.insert(name, out.len());
-                    out.push(kv.clone());
-                }
-            },
-            None => out.push(kv.clone()),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_last_value_of_a_name_wins_in_its_first_place() {
-        let env: Vec<String> =
-            ["PATH=/bin", "TERM=xterm", "A=1", "TERM=dumb", "X", "A=2=3"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(dedup_env(&env), ["PATH=/bin", "TERM=dumb", "A=2=3", "X"]);
-    }
 
     #[test]
     fn ids_that_would_escape_or_confuse_are_refused() {

@@ -335,7 +335,7 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &finalize::
     // Only a `start` that says so releases us: a connection that closes
     // without the byte (a start killed half-way) is not a start.
     let conn = loop {
-        let conn = sys::accept(cfg.start_listener).map_err(|e| InitError::from(e).field("start socket"))?;
+        let conn = sys::accept(cfg.start_listener, false).map_err(|e| InitError::from(e).field("start socket"))?;
         let mut b = [0u8; 1];
         if matches!(nix::unistd::read(conn.as_raw_fd(), &mut b), Ok(1)) && b[0] == b's' {
             break conn;

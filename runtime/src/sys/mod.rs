@@ -369,10 +369,22 @@ pub(crate) fn reset_signals() {
     );
 }
 
+/// Sets O_NONBLOCK on `fd`'s open file description (shared with every
+/// copy of it, in this process or another).
+pub(crate) fn set_nonblocking(fd: impl AsFd) -> Result<(), SysError> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let raw = fd.as_fd().as_raw_fd();
+    let flags = fcntl(raw, FcntlArg::F_GETFL).map_err(|e| SysError::bare("fcntl F_GETFL", e))?;
+    let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+    fcntl(raw, FcntlArg::F_SETFL(flags)).map(drop).map_err(|e| SysError::bare("fcntl F_SETFL O_NONBLOCK", e))
+}
+
 /// `accept4(2)` with close-on-exec, retried on EINTR.
-pub(crate) fn accept(listener: &OwnedFd) -> Result<OwnedFd, SysError> {
+pub(crate) fn accept(listener: &OwnedFd, nonblock: bool) -> Result<OwnedFd, SysError> {
+    use nix::sys::socket::SockFlag;
+    let flags = if nonblock { SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK } else { SockFlag::SOCK_CLOEXEC };
     loop {
-        match nix::sys::socket::accept4(listener.as_raw_fd(), nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
+        match nix::sys::socket::accept4(listener.as_raw_fd(), flags) {
             // SAFETY: accept4 returned a fresh fd that we now own.
             Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
             Err(Errno::EINTR) => continue,
@@ -426,11 +438,12 @@ pub(crate) fn set_ctty(fd: RawFd) -> Result<(), Errno> {
 }
 
 /// Receives one datagram or stream chunk into `buf` with the fds sent
-/// alongside it (`SCM_RIGHTS`, up to 4, close-on-exec), retrying EINTR.
-/// Returns the fds and the number of bytes read.
+/// alongside it (`SCM_RIGHTS`, up to 8, close-on-exec), retrying EINTR.
+/// Returns the fds and the number of bytes read; EMSGSIZE (the fds that
+/// did come closed again) when more were sent.
 pub(crate) fn recv_fds(socket: impl AsFd, buf: &mut [u8]) -> Result<(Vec<OwnedFd>, usize), Errno> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let mut space = nix::cmsg_space!([RawFd; 8]);
     let mut iov = [std::io::IoSliceMut::new(buf)];
     let msg = loop {
         match recvmsg::<()>(socket.as_fd().as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
@@ -445,6 +458,9 @@ pub(crate) fn recv_fds(socket: impl AsFd, buf: &mut [u8]) -> Result<(Vec<OwnedFd
             // else in this process refers to.
             fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
         }
+    }
+    if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(Errno::EMSGSIZE);
     }
     Ok((fds, msg.bytes))
 }

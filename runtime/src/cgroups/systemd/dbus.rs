@@ -61,11 +61,38 @@ pub(super) struct Bus {
 /// milliseconds, but a busy manager queues jobs.
 const JOB_PATIENCE: Duration = Duration::from_secs(30);
 
+/// How long one call (or the connect) may take: systemd answers in
+/// milliseconds, and a hung bus must not hang `create` or `delete`.
+const CALL_PATIENCE: Duration = Duration::from_secs(25);
+
+impl Bus {
+    /// Runs `call` on the bus's runtime, given up after [`CALL_PATIENCE`].
+    fn within<T>(
+        rt: &Runtime,
+        op: &'static str,
+        call: impl std::future::Future<Output = Result<T, SdError>>,
+    ) -> Result<T, SdError> {
+        within_for(rt, op, CALL_PATIENCE, call)
+    }
+}
+
+fn within_for<T>(
+    rt: &Runtime,
+    op: &'static str,
+    patience: Duration,
+    call: impl std::future::Future<Output = Result<T, SdError>>,
+) -> Result<T, SdError> {
+    rt.block_on(async { tokio::time::timeout(patience, call).await }).unwrap_or_else(|_| {
+        Err(SdError { op, why: format!("no answer from systemd within {} ms", patience.as_millis()) })
+    })
+}
+
 impl Bus {
     pub(super) fn connect() -> Result<Bus, SdError> {
         let err = |e: &dyn std::fmt::Display| SdError::new("connect to the system bus", e);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| err(&e))?;
-        let conn = rt.block_on(Connection::system()).map_err(|e| err(&e))?;
+        let conn =
+            Bus::within(&rt, "connect to the system bus", async { Connection::system().await.map_err(|e| err(&e)) })?;
         Ok(Bus { conn, rt })
     }
 
@@ -78,7 +105,7 @@ impl Bus {
     /// that name that systemd still has (a failed one left over) is reset
     /// and the start tried once more, as runc does.
     pub(super) fn start(&self, unit: &str, props: &[Prop]) -> Result<OwnedObjectPath, SdError> {
-        self.rt.block_on(async {
+        Bus::within(&self.rt, "start", async {
             let m = self.manager().await?;
             match m.start_transient_unit(unit, "replace", props, &[]).await {
                 Err(e) if is_dbus_error(&e, "org.freedesktop.systemd1.UnitExists") => {
@@ -95,7 +122,7 @@ impl Bus {
 
     /// StopUnit in mode "replace"; `None` when systemd has no such unit.
     pub(super) fn stop(&self, unit: &str) -> Result<Option<OwnedObjectPath>, SdError> {
-        self.rt.block_on(async {
+        Bus::within(&self.rt, "stop", async {
             match self.manager().await?.stop_unit(unit, "replace").await {
                 Ok(job) => Ok(Some(job)),
                 Err(e) if is_dbus_error(&e, "org.freedesktop.systemd1.NoSuchUnit") => Ok(None),
@@ -106,7 +133,7 @@ impl Bus {
 
     /// SetUnitProperties with runtime=true (lost at reboot, as the unit is).
     pub(super) fn set(&self, unit: &str, props: &[Prop]) -> Result<(), SdError> {
-        self.rt.block_on(async {
+        Bus::within(&self.rt, "set properties of", async {
             let m = self.manager().await?;
             m.set_unit_properties(unit, true, props).await.map_err(|e| SdError::new("set properties of", e))
         })
@@ -121,7 +148,7 @@ impl Bus {
         let deadline = Instant::now() + JOB_PATIENCE;
         let mut pause = Duration::from_millis(1);
         let queued = || {
-            self.rt.block_on(async {
+            Bus::within(&self.rt, "wait for", async {
                 let proxy = self.proxy(job.as_str(), "org.freedesktop.systemd1.Job").await?;
                 Ok::<bool, SdError>(proxy.get_property::<String>("State").await.is_ok())
             })
@@ -140,7 +167,7 @@ impl Bus {
     /// A property of the loaded unit `unit` on interface `iface`
     /// (`Unit` for ActiveState, `Scope` for ControlGroup).
     pub(super) fn unit_property(&self, unit: &str, iface: &str, name: &str) -> Result<String, SdError> {
-        self.rt.block_on(async {
+        Bus::within(&self.rt, "read a property of", async {
             let path = self.manager().await?.get_unit(unit).await.map_err(|e| SdError::new("find", e))?;
             let proxy = self.proxy(path.as_str(), iface).await?;
             proxy.get_property::<String>(name).await.map_err(|e| SdError::new("read a property of", e))
@@ -158,4 +185,22 @@ impl Bus {
 
 fn is_dbus_error(e: &zbus::Error, want: &str) -> bool {
     matches!(e, zbus::Error::MethodError(name, _, _) if name.as_str() == want)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_without_an_answer_is_given_up() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let t = Instant::now();
+        let r: Result<(), SdError> = within_for(&rt, "start", Duration::from_millis(50), std::future::pending());
+        let e = r.unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert_eq!(e.op, "start");
+        assert!(e.why.contains("no answer"), "{}", e.why);
+        let ok = within_for(&rt, "stop", Duration::from_secs(5), async { Ok::<u8, SdError>(7) });
+        assert_eq!(ok.ok(), Some(7));
+    }
 }

@@ -1,0 +1,205 @@
+//! One program a resident init runs: forked into its own cgroup, then
+//! followed until its caller has its status and its output pipes have no
+//! writer left. Runs in init (and, in [`start`], in its forked child):
+//! nothing here may panic.
+
+use std::ffi::CString;
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::sys::socket::{recv, send, MsgFlags};
+use nix::unistd::Pid;
+
+use super::wire::{Received, Reply};
+use crate::cgroups::LeafFds;
+use crate::error::InitError;
+use crate::process::finalize::{self, ProcessConfig};
+use crate::sys::{self, Forked};
+
+/// A program init started, from its start until nothing is left of it to
+/// look after.
+pub(super) struct Program {
+    pub pid: Pid,
+    /// The caller, until it is done (it has the status and closed, or it
+    /// went away before).
+    conn: Option<OwnedFd>,
+    /// The program's cgroup, while the caller may still want it killed.
+    leaf: Option<LeafFds>,
+    /// Read ends of the program's output pipes, emptied into nothing once
+    /// the caller is done, so what the program left running can still
+    /// write; each goes at its end of file.
+    drain: Vec<Option<OwnedFd>>,
+    kill_children: bool,
+    ended: bool,
+}
+
+impl Program {
+    /// Starts the program of `r`, answering on `conn` either way; `None`
+    /// if it did not start.
+    pub(super) fn start(conn: OwnedFd, r: Received, p: &ProcessConfig) -> Option<Program> {
+        match spawn(&r, p) {
+            Ok(pid) => {
+                answer(&conn, &Reply::Started { pid: pid.as_raw() });
+                let kill_children = r.req.kill_children;
+                // Shared with the caller's read ends: neither side blocks.
+                let drain = r.drain.into_iter().filter(|fd| sys::set_nonblocking(fd).is_ok()).map(Some).collect();
+                Some(Program { pid, conn: Some(conn), leaf: Some(r.leaf), drain, kill_children, ended: false })
+            }
+            Err(e) => {
+                answer(&conn, &Reply::Failed(e));
+                None
+            }
+        }
+    }
+
+    /// The fds to watch, each with the index [`Program::ready`] takes:
+    /// the caller's connection, or the pipes to drain once the caller is
+    /// done.
+    pub(super) fn watched(&self) -> Vec<(usize, BorrowedFd<'_>)> {
+        match &self.conn {
+            Some(c) => vec![(0, c.as_fd())],
+            None => self.drain.iter().enumerate().filter_map(|(j, fd)| Some((j, fd.as_ref()?.as_fd()))).collect(),
+        }
+    }
+
+    /// The fd `watched` gave index `j` is ready.
+    pub(super) fn ready(&mut self, j: usize) {
+        if self.conn.is_some() {
+            self.caller_spoke();
+            return;
+        }
+        let Some(slot) = self.drain.get_mut(j) else { return };
+        let Some(fd) = slot else { return };
+        let mut buf = [0u8; 16 << 10];
+        match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
+            Ok(0) => {}
+            Ok(_) | Err(Errno::EAGAIN) | Err(Errno::EINTR) => return,
+            Err(_) => {}
+        }
+        *slot = None;
+    }
+
+    /// Forgets the pipes that reached their end.
+    pub(super) fn tidy(&mut self) {
+        self.drain.retain(Option::is_some);
+    }
+
+    /// Before the program's end, a byte or the caller's leaving means
+    /// "kill it" (a deadline, or a caller that died). After it, the caller
+    /// has what it came for: what the program left runs on.
+    fn caller_spoke(&mut self) {
+        let Some(conn) = &self.conn else { return };
+        let mut b = [0u8; 64];
+        let gone = match recv(conn.as_raw_fd(), &mut b, MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(Errno::EAGAIN) | Err(Errno::EINTR) => return,
+            Err(_) => true,
+        };
+        if !self.ended {
+            if let Some(leaf) = &self.leaf {
+                leaf.kill();
+            }
+        }
+        if gone {
+            self.conn = None;
+            self.leaf = None;
+        }
+    }
+
+    /// The program ended with `reply`: the caller is told.
+    pub(super) fn ended(&mut self, reply: &Reply) {
+        self.ended = true;
+        if self.kill_children {
+            if let Some(leaf) = &self.leaf {
+                leaf.kill();
+            }
+        }
+        if let Some(c) = &self.conn {
+            answer(c, reply);
+        }
+    }
+
+    /// Nothing left to look after.
+    pub(super) fn done(&self) -> bool {
+        self.ended && self.conn.is_none() && self.drain.is_empty()
+    }
+}
+
+/// Writes `reply` as one line; a caller that is gone (or reads nothing)
+/// is no error of ours.
+pub(super) fn answer(conn: &OwnedFd, reply: &Reply) {
+    let Ok(mut line) = serde_json::to_vec(reply) else { return };
+    line.push(b'\n');
+    let mut sent = 0;
+    while sent < line.len() {
+        match send(conn.as_raw_fd(), line.get(sent..).unwrap_or_default(), MsgFlags::MSG_NOSIGNAL) {
+            Ok(n) if n > 0 => sent += n,
+            Err(Errno::EINTR) => {}
+            _ => return,
+        }
+    }
+}
+
+fn bad_request(why: impl Into<String>) -> InitError {
+    InitError::other("read the request", why)
+}
+
+/// Forks the program of `r` and waits until it has been exec'd (or
+/// failed to be: the child writes why on a close-on-exec pipe).
+fn spawn(r: &Received, p: &ProcessConfig) -> Result<Pid, InitError> {
+    let req = &r.req;
+    let args: Vec<CString> = req
+        .args
+        .iter()
+        .map(|a| CString::new(a.as_str()).map_err(|_| bad_request("args holds a NUL byte")))
+        .collect::<Result<_, _>>()?;
+    if args.is_empty() {
+        return Err(bad_request("args is empty").field("process.args"));
+    }
+    let env = crate::env::merge(&p.env, &req.env).map_err(|e| bad_request(e.to_string()))?;
+    let cwd = req.cwd.as_deref().map_or_else(|| p.cwd.clone(), std::path::PathBuf::from);
+    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| InitError::sys("pipe2", e))?;
+    let fds = [r.stdio[0].as_raw_fd(), r.stdio[1].as_raw_fd(), r.stdio[2].as_raw_fd()];
+    match sys::fork()? {
+        Forked::Child => {
+            drop(rd);
+            let e = start(fds, &r.leaf, &cwd, &args, &env, p);
+            let _ = nix::unistd::write(&wr, &serde_json::to_vec(&e).unwrap_or_default());
+            sys::exit_child(127)
+        }
+        Forked::Parent(pid) => {
+            drop(wr);
+            let mut why = Vec::new();
+            let _ = std::fs::File::from(rd).read_to_end(&mut why);
+            if why.is_empty() {
+                return Ok(pid);
+            }
+            Err(serde_json::from_slice(&why).unwrap_or_else(|_| InitError::msg("the program failed to start")))
+        }
+    }
+}
+
+/// In the forked child: into the program's cgroup first (no program runs
+/// outside it), then what `exec` does for a new process once it is in the
+/// container, less what init already is. Returns only on failure.
+fn start(
+    stdio: [RawFd; 3],
+    leaf: &LeafFds,
+    cwd: &std::path::Path,
+    args: &[CString],
+    env: &[String],
+    p: &ProcessConfig,
+) -> InitError {
+    let run = || -> Result<InitError, InitError> {
+        leaf.join().map_err(|e| InitError::sys("join the program's cgroup", e))?;
+        // Its own session, as every exec'd process.
+        finalize::begin(Some(stdio))?;
+        nix::unistd::chdir(cwd).map_err(|e| InitError::path("chdir", cwd, e).field("process.cwd"))?;
+        crate::process::program::verify_cwd()?;
+        let program = finalize::program(args, env, p.ids.uid)?;
+        Ok(finalize::exec(p, &program))
+    };
+    run().unwrap_or_else(|e| e)
+}

@@ -1,0 +1,223 @@
+//! What a caller and a resident init say to each other: the [`Request`]
+//! (length-prefixed JSON with its fds), read without blocking and within a
+//! deadline, and the [`Reply`] lines. Shared by both sides.
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+
+use crate::cgroups::LeafFds;
+use crate::error::InitError;
+use crate::sys;
+
+/// Largest request accepted: args and env as execve takes them (ARG_MAX
+/// is 2 MiB with the default stack limit), with room for JSON's escapes.
+pub(crate) const MAX_REQUEST: usize = 4 << 20;
+
+/// How long a caller has, from being accepted, to send its whole request.
+pub(crate) const REQUEST_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Most read ends of output pipes a request may hand over for draining.
+const MAX_DRAINED: usize = 2;
+
+/// What to run. `env` is merged over the container's `process.env` (an
+/// entry per name, the caller's winning), `cwd` replaces its `process.cwd`.
+///
+/// The fds on its first bytes, in order: the program's stdin, stdout and
+/// stderr; `drain` read ends of its output pipes, which init empties once
+/// the caller is done so that what the program left running can go on
+/// writing; the program's cgroup, `cgroup.procs` then `cgroup.kill` (v2),
+/// or `tasks` then `freezer.state` (v1).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Request {
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Kill what the program left running as soon as it exits.
+    #[serde(default)]
+    pub kill_children: bool,
+    #[serde(default)]
+    pub drain: usize,
+    /// The program's cgroup is a v2 one. Not optional: no request runs a
+    /// program outside a cgroup of its own.
+    pub cgroup_v2: bool,
+}
+
+/// What init answers, one JSON object per line.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Reply {
+    /// The program runs, as this pid of the container's pid namespace.
+    Started { pid: i32 },
+    /// It could not be run.
+    Failed(InitError),
+    /// It exited with this status.
+    Exited { code: i32 },
+    /// A signal ended it.
+    Signaled { signal: i32 },
+}
+
+/// A whole request and the fds that came with it, sorted.
+#[derive(Debug)]
+pub(crate) struct Received {
+    pub req: Request,
+    pub stdio: [OwnedFd; 3],
+    pub drain: Vec<OwnedFd>,
+    pub leaf: LeafFds,
+}
+
+fn bad_request(why: impl Into<String>) -> InitError {
+    InitError::other("read the request", why)
+}
+
+/// A connection whose request is still arriving.
+pub(crate) struct Incoming {
+    pub conn: OwnedFd,
+    pub deadline: Instant,
+    bytes: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+impl Incoming {
+    /// `conn` must be non-blocking.
+    pub(crate) fn new(conn: OwnedFd, now: Instant) -> Incoming {
+        Incoming { conn, deadline: now + REQUEST_PATIENCE, bytes: Vec::new(), fds: Vec::new() }
+    }
+
+    /// Reads what has arrived; the request once it is whole. Never blocks.
+    pub(crate) fn advance(&mut self) -> Result<Option<Received>, InitError> {
+        loop {
+            let want = self.missing()?;
+            if want == 0 {
+                return self.finish().map(Some);
+            }
+            let mut buf = vec![0u8; want.min(64 << 10)];
+            let (fds, n) = match sys::recv_fds(&self.conn, &mut buf) {
+                Err(Errno::EAGAIN) => return Ok(None),
+                Err(e) => return Err(InitError::sys("read the request", e)),
+                Ok(got) => got,
+            };
+            self.fds.extend(fds);
+            if n == 0 {
+                return Err(bad_request("the caller left before sending it whole"));
+            }
+            self.bytes.extend_from_slice(buf.get(..n).unwrap_or_default());
+        }
+    }
+
+    /// Bytes still to come: the length prefix, then the body it names.
+    fn missing(&self) -> Result<usize, InitError> {
+        let Some(head) = self.bytes.get(..4).and_then(|h| <[u8; 4]>::try_from(h).ok()) else {
+            return Ok(4 - self.bytes.len());
+        };
+        let len = usize::try_from(u32::from_le_bytes(head)).unwrap_or(usize::MAX);
+        if len > MAX_REQUEST {
+            return Err(bad_request(format!("{len} bytes is more than {MAX_REQUEST}")));
+        }
+        Ok((4 + len).saturating_sub(self.bytes.len()))
+    }
+
+    fn finish(&mut self) -> Result<Received, InitError> {
+        let body = self.bytes.get(4..).unwrap_or_default();
+        let req: Request = serde_json::from_slice(body).map_err(|e| bad_request(e.to_string()))?;
+        sort_fds(req, std::mem::take(&mut self.fds))
+    }
+}
+
+/// Splits `fds` as `req` says they come.
+fn sort_fds(req: Request, fds: Vec<OwnedFd>) -> Result<Received, InitError> {
+    if req.drain > MAX_DRAINED || fds.len() != 3 + req.drain + 2 {
+        let want = format!("it must carry 3 fds of stdio, {} to drain and 2 of its cgroup", req.drain);
+        return Err(bad_request(format!("{want}; it carries {}", fds.len())));
+    }
+    let mut it = fds.into_iter();
+    let mut next = || it.next().ok_or_else(|| bad_request("fds missing"));
+    let stdio = [next()?, next()?, next()?];
+    let drain = (0..req.drain).map(|_| next()).collect::<Result<Vec<_>, _>>()?;
+    let leaf = LeafFds { procs: next()?, ctl: next()?, v2: req.cgroup_v2 };
+    Ok(Received { req, stdio, drain, leaf })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::net::UnixStream;
+    use std::time::Instant;
+
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+
+    use super::{Incoming, MAX_REQUEST, REQUEST_PATIENCE};
+
+    fn null() -> OwnedFd {
+        std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    fn nulls(n: usize) -> Vec<OwnedFd> {
+        (0..n).map(|_| null()).collect()
+    }
+
+    /// Sends `head` with `fds` on it, then `body` in a write of its own.
+    fn send(conn: &UnixStream, head: &[u8], fds: &[OwnedFd], body: &[u8]) {
+        let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+        let cmsg = [ControlMessage::ScmRights(&raw)];
+        sendmsg::<()>(conn.as_raw_fd(), &[std::io::IoSlice::new(head)], &cmsg, MsgFlags::empty(), None).unwrap();
+        (&*conn).write_all(body).unwrap();
+    }
+
+    fn head(len: usize) -> [u8; 4] {
+        u32::try_from(len).unwrap().to_le_bytes()
+    }
+
+    fn incoming() -> (UnixStream, Incoming) {
+        let (a, b) = UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        (a, Incoming::new(OwnedFd::from(b), Instant::now()))
+    }
+
+    #[test]
+    fn a_request_is_read_as_it_trickles_in() {
+        let (a, mut inc) = incoming();
+        assert!(inc.advance().unwrap().is_none(), "nothing sent yet");
+        let body = br#"{"args":["/bin/echo","hi"],"env":["A=1"],"cwd":"/work","drain":2,"cgroup_v2":true}"#;
+        send(&a, &head(body.len()), &nulls(7), &body[..10]);
+        assert!(inc.advance().unwrap().is_none(), "a part of the body");
+        (&a).write_all(&body[10..]).unwrap();
+        let got = inc.advance().unwrap().unwrap();
+        assert_eq!((got.req.args.len(), got.req.env, got.req.cwd.as_deref()), (2, vec!["A=1".into()], Some("/work")));
+        assert_eq!(got.drain.len(), 2);
+        assert!(got.leaf.v2 && !got.req.kill_children);
+        assert!(inc.deadline <= Instant::now() + REQUEST_PATIENCE);
+    }
+
+    #[test]
+    fn a_request_without_its_fds_or_cgroup_is_refused() {
+        for (body, fds) in [(&br#"{"args":["true"],"cgroup_v2":false}"#[..], 3), (br#"{"args":["true"]}"#, 5)] {
+            let (a, mut inc) = incoming();
+            send(&a, &head(body.len()), &nulls(fds), body);
+            let e = inc.advance().unwrap_err().to_string();
+            assert!(e.contains("fds") || e.contains("cgroup_v2"), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_oversized_request_is_refused_unread() {
+        let (a, mut inc) = incoming();
+        send(&a, &head(MAX_REQUEST + 1), &nulls(5), b"");
+        let e = inc.advance().unwrap_err().to_string();
+        assert!(e.contains("more than"), "{e}");
+    }
+
+    #[test]
+    fn a_caller_that_leaves_midway_is_an_error_not_a_wait() {
+        let (a, mut inc) = incoming();
+        send(&a, &head(100), &nulls(5), b"{\"args\"");
+        assert!(inc.advance().unwrap().is_none());
+        drop(a);
+        let e = inc.advance().unwrap_err().to_string();
+        assert!(e.contains("left before"), "{e}");
+    }
+}
