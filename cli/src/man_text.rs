@@ -18,11 +18,14 @@ const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): san
      launched box's holds agent.sock, 0600, where its resident init takes the programs exec and run --pool ask \
      for), \
      sandbox-bundles/ (their bundles and generated roots; a launched box's deadline is sandbox-bundles/ID/expires, \
-     in unix milliseconds), sandbox-pool/ (how many pooled boxes to keep and their idle lifetime, per \
-     configuration), sandbox-ids/ (the host id ranges in use, one file per box), sandbox-seccomp/ (the compiled \
-     seccomp program of each profile in use, 0700), sandbox-net/ (the /30 link of \
-     each box with --network egress, one file per box, named by its first address) and sandbox-reaper.lock (held \
-     by the root's reaper while it runs). /etc/subuid and /etc/subgid are read so no box gets a range listed \
+     in unix milliseconds; a pooled box taken by a run has sandbox/ID/claimed: the run's deadline, pid and start \
+     time), sandbox-pool/ (a directory per pool key, 0700, whose record.json, 0600, holds how many boxes to keep \
+     and the options they are made with; its lock is held while boxes of the key are made or drained), \
+     sandbox-ids/ (the host id ranges in use, one file per box), sandbox-seccomp/ (the seccomp program of each \
+     profile in use, compiled by this build of tinyrun and libseccomp, 0700), sandbox-net/ (the /30 link of \
+     each box with --network egress, one file per box, named by its first address), sandbox-boxes.lock (one \
+     byte per box, locked while the box is made or removed) and sandbox-reaper.lock (held by the root's reaper \
+     while it runs). /etc/subuid and /etc/subgid are read so no box gets a range listed \
      there. With --network egress, the box's host-side link trb-<hash> and nftables table inet tinyrun-<hash> \
      live in the host's network namespace.";
 
@@ -186,8 +189,11 @@ large   2G      4      512     120s  512M",
                  and is then terminated and purged by the root's reaper, a small process (tinyrun-reaper) that \
                  runs while a box of the root has a deadline; if it is gone, the next sandbox command of the root \
                  purges expired boxes first, and exec into one is refused. exec --timeout limits one command \
-                 (it and its session are killed; the box lives on). A pooled box waits unused for at most \
-                 --idle-lifetime (default 10m); pool drain empties the pool and stops refills.",
+                 (it and its session are killed; the box lives on). A pool keeps the number of idle boxes pool \
+                 fill asked for (never more): a run that takes one, and the reaper, replace what is taken, \
+                 terminated or past its --idle-lifetime (default 10m) until pool drain KEY (or --all) empties \
+                 the pool and stops its refills. A run whose tinyrun process dies gives its pooled box back to \
+                 the reaper, which removes it.",
             ),
         ],
     ),
@@ -362,8 +368,8 @@ const PAGES: &[Page] = &[
         SANDBOX_ZERO_OR_125,
         &[
             ("tinyrun sandbox pool fill --type nano --idle-lifetime 5m 8", "keep 8 nano boxes waiting"),
-            ("tinyrun sandbox pool list", "the pool's boxes, idle or in use"),
-            ("tinyrun sandbox pool drain", "empty it"),
+            ("tinyrun sandbox pool list", "the pools' boxes, idle or in use, with each key's options"),
+            ("tinyrun sandbox pool drain --all", "empty every pool of the root"),
         ],
     ),
 ];

@@ -336,6 +336,10 @@ impl Drop for Sbx {
     /// Runtime's own Drop then kills tagged processes, unmounts and removes the scratch dir.
     fn drop(&mut self) {
         let state = self.rt.root().join("sandbox");
+        // Pools first: a drain stops their refills (the reaper's too), which terminating their boxes
+        // would only start. (`pool drain` with neither a key nor --all is a tinyrun of before keys.)
+        self.quiet(&["sandbox", "pool", "drain", "--all"]);
+        self.quiet(&["sandbox", "pool", "drain"]);
         for id in names_in(&state) {
             self.quiet(&["sandbox", "terminate", &id]);
         }

@@ -38,8 +38,19 @@ pub(crate) enum SandboxPoolCommand {
     Fill(Box<SandboxPoolFillArgs>),
     /// list the pool's sandboxes: idle or in use, their key, and the time an idle one has left
     List(SandboxListArgs),
-    /// empty the pool: stop refilling it and terminate every idle sandbox (one in use goes when its run ends)
-    Drain,
+    /// empty a pool (the KEY `pool list` shows) or, with --all, every pool: stop refilling it and terminate its
+    /// idle sandboxes (one in use goes when its run ends)
+    Drain(SandboxPoolDrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxPoolDrainArgs {
+    /// drain every pool of the root
+    #[arg(long, conflicts_with = "key")]
+    pub all: bool,
+    /// the pool's key, as `pool list` shows it
+    #[arg(required_unless_present = "all")]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

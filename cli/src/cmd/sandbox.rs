@@ -96,8 +96,8 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         SandboxCommand::Pool(SandboxPoolCommand::List(a)) => {
             print_pool(&sandbox::pool_list(root)?, a.format).map(|_| 0)
         }
-        SandboxCommand::Pool(SandboxPoolCommand::Drain) => {
-            for id in sandbox::pool_drain(root)? {
+        SandboxCommand::Pool(SandboxPoolCommand::Drain(a)) => {
+            for id in sandbox::pool_drain(root, a.key.as_deref())? {
                 outln!("{id}");
             }
             Ok(0)
@@ -139,10 +139,11 @@ fn print_pool(all: &[sandbox::PoolBox], format: ListFormat) -> anyhow::Result<()
         ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
         ListFormat::Table => {
             let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
-            writeln!(out, "{:<w$}   {:<7} {:<10} CREATED", "ID", "STATE", "EXPIRES")?;
+            writeln!(out, "{:<w$}   {:<7} {:<10} {:<30} OPTIONS", "ID", "STATE", "EXPIRES", "CREATED")?;
             for b in all {
                 let left = b.expires_in_s.map_or("-".to_string(), |s| format!("{s}s"));
-                writeln!(out, "{:<w$}   {:<7} {:<10} {}", b.id, b.state, left, b.created)?;
+                let opts = b.options.as_ref().map_or("-".to_string(), sandbox::PoolOptions::summary);
+                writeln!(out, "{:<w$}   {:<7} {:<10} {:<30} {opts}", b.id, b.state, left, b.created)?;
             }
         }
     }

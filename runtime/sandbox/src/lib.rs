@@ -14,9 +14,11 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod boxlock;
 mod copy;
 mod error;
 mod fsat;
+mod gc;
 mod ids;
 mod image;
 mod lifetime;
@@ -41,7 +43,8 @@ pub use ids::IdRange;
 pub use net::{parse_dns, AllowHost, Cidr, Egress};
 pub use options::{parse_duration, parse_size, Preset, SandboxOptions, DEFAULT_CGROUP_PARENT, MIN_MEMORY};
 pub use pool::{
-    drain as pool_drain, fill as pool_fill, list as pool_list, take as pool_take, PoolBox, DEFAULT_IDLE_LIFETIME,
+    drain as pool_drain, fill as pool_fill, list as pool_list, take as pool_take, PoolBox, PoolOptions,
+    DEFAULT_IDLE_LIFETIME,
 };
 pub use run::{
     exec, launch, list, run, run_pooled, shell, terminate, ExecRequest, Output, PoolUse, SandboxResult, SCHEMA_VERSION,

@@ -10,7 +10,10 @@
 //!   and exits when no box of the root has one left.
 //!
 //! A pooled box taken by a run is claimed (module `pool`); the claim holds
-//! the run's own deadline, and the box lives until that one too has passed.
+//! the run's own deadline, and the box lives until that one too has passed,
+//! or until the run is seen dead. The reaper also refills the root's pools
+//! (replacing boxes that expired unused) and collects the garbage of boxes
+//! whose maker died (module `gc`).
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -62,14 +65,12 @@ pub(crate) fn remaining(root: &Path, id: &str) -> Option<Duration> {
 /// claimed it may still be using it. `None` if it has no deadline.
 fn purge_at(root: &Path, id: &str) -> Option<u64> {
     let own = expires(root, id)?;
-    let claim = crate::pool::claim_file(root, id);
-    let claimed = match read_ms(&claim) {
-        Some(t) => t.saturating_add(u64::try_from(CLAIM_GRACE.as_millis()).unwrap_or(0)),
-        // Claimed a moment ago, deadline not yet written: look again soon.
-        None if claim.exists() => now_ms().saturating_add(1000),
-        None => 0,
-    };
-    Some(own.max(claimed))
+    Some(match crate::pool::claim(root, id) {
+        crate::pool::Claim::Free => own,
+        crate::pool::Claim::Until(t) => own.max(t.saturating_add(u64::try_from(CLAIM_GRACE.as_millis()).unwrap_or(0))),
+        // Nobody will use it, nor remove it.
+        crate::pool::Claim::Abandoned => 0,
+    })
 }
 
 /// Purges every box of `root` whose lifetime has ended. Errors are left
@@ -143,12 +144,23 @@ pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
     }
 }
 
-/// The reaper's loop: purge what has expired, sleep until the next
-/// deadline (or a tick), and leave when no box has a deadline.
+/// How often the reaper collects the root's garbage (module `gc`).
+const GC_EVERY: Duration = Duration::from_secs(5);
+
+/// The reaper's loop: purge what has expired, refill the pools, sleep
+/// until the next deadline (or a tick), and leave when no box has a
+/// deadline.
 fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
     let deadlines = || names(&root.join("sandbox-bundles")).iter().filter_map(|id| purge_at(root, id)).min();
+    let mut collected = std::time::Instant::now();
     loop {
-        reap_expired(root);
+        if collected.elapsed() >= GC_EVERY {
+            crate::gc::collect(root);
+            collected = std::time::Instant::now();
+        } else {
+            reap_expired(root);
+        }
+        crate::pool::refill_all(root);
         let Some(next) = deadlines() else {
             // Leave; but a box launched while we looked saw our lock and
             // relies on us: look again once the lock is released.
@@ -204,12 +216,16 @@ mod tests {
         assert!(purge_at(root, "b").unwrap() <= now_ms(), "past its deadline");
         assert_eq!(remaining(root, "b"), Some(Duration::ZERO));
 
-        // Claimed by a run: not before the run's own deadline and the grace.
-        let claim = crate::pool::claim_file(root, "b");
-        std::fs::write(&claim, deadline_ms(Duration::from_secs(30)).to_string()).unwrap();
+        // Claimed by a live run: not before the run's own deadline and
+        // the grace.
+        let claim = root.join("sandbox").join("b").join("claimed");
+        let me = std::process::id();
+        let start = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let start = start.rsplit_once(')').unwrap().1.split_whitespace().nth(19).unwrap().to_string();
+        std::fs::write(&claim, format!("{} {me} {start}", deadline_ms(Duration::from_secs(30)))).unwrap();
         assert!(purge_at(root, "b").unwrap() >= now_ms() + 34_000);
-        // Claimed, deadline not written yet: soon, not now.
-        std::fs::write(&claim, "").unwrap();
-        assert!(purge_at(root, "b").unwrap() > now_ms());
+        // Claimed by a run that has died: now.
+        std::fs::write(&claim, format!("{} {me} 1", deadline_ms(Duration::from_secs(30)))).unwrap();
+        assert_eq!(purge_at(root, "b"), Some(0));
     }
 }

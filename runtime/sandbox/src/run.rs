@@ -9,15 +9,14 @@ use std::time::{Duration, Instant};
 
 use nix::unistd::Pid;
 
+use super::boxlock::{self, BoxLock};
 use super::ids::Allocator;
 use super::options::SandboxOptions;
 use super::spec::{self, SANDBOX_UID};
 use super::wait::{finish, Capture, Child, Interrupts, Scope};
 use crate::error::{Error, Result};
 pub use crate::result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
-use tinyrun::{
-    AgentCommand, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError, Status,
-};
+use tinyrun::{AgentCommand, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError};
 
 /// Where boxes' compiled seccomp programs are kept, one per profile: every
 /// box of the default profile after the first skips libseccomp.
@@ -49,7 +48,7 @@ fn new_id(prefix: &str) -> Result<String> {
 
 /// Whether box `id` still exists: while its state or its bundle dir does,
 /// its range of host ids stays taken.
-fn box_exists(root: &Path) -> impl Fn(&str) -> bool + '_ {
+pub(crate) fn box_exists(root: &Path) -> impl Fn(&str) -> bool + '_ {
     move |id| {
         let (state, bundles) = (root.join("sandbox"), root.join("sandbox-bundles"));
         tinyrun::check_id(id).is_ok() && (state.join(id).exists() || bundles.join(id).exists())
@@ -66,7 +65,8 @@ fn provision(root: &Path, bundle: &Path, id: &str, opts: &SandboxOptions) -> Res
 
 /// Removes box `id` entirely: its state (killing what runs in it), its
 /// bundle and its host ids, in that order, each even if one before failed.
-fn remove_box(root: &Path, id: &str) -> Result<()> {
+/// The caller holds the box's lock.
+pub(crate) fn remove_box(root: &Path, id: &str, _held: &BoxLock) -> Result<()> {
     let deleted = dirs(root).0.delete(id, true).map_err(Error::from);
     deleted.and(remove_rest(root, id))
 }
@@ -90,11 +90,13 @@ fn remove_rest(root: &Path, id: &str) -> Result<()> {
 pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) -> Result<SandboxResult> {
     opts.validate()?;
     let (rt, bundles) = dirs(root);
-    collect_garbage(root);
+    crate::gc::collect(root);
     let id = new_id(ONE_SHOT)?;
     let bundle = bundles.join(&id);
     let started = Instant::now();
     let _signals = Interrupts::block()?;
+    // Held until the box is removed: the garbage collection leaves it.
+    let lock = boxlock::lock(root, &id)?;
     let result = (|| {
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, opts, cmd, host_id)?;
@@ -124,7 +126,7 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         writes_into(res, watch)
     })();
     let result = not_run_as_result(result, capture, started);
-    let cleanup = remove_box(root, &id);
+    let cleanup = remove_box(root, &id, &lock);
     match (result, cleanup) {
         (Ok(r), Ok(())) => Ok(r),
         (Err(e), _) => Err(e),
@@ -183,7 +185,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let Some(id) = super::pool::take_keyed(root, &key, opts.timeout)? else {
         let mut res = run(root, opts, cmd, capture)?;
         res.pool = Some(PoolUse::Miss);
-        super::pool::recycle_detached(root, opts, &key, None)?;
+        super::pool::recycle_detached(root, &key, None)?;
         return Ok(res);
     };
     let (rt, bundles) = dirs(root);
@@ -200,7 +202,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let result = not_run_as_result(result, capture, started).map(|r| SandboxResult { pool: Some(PoolUse::Hit), ..r });
     // Removing the used box and starting its replacement happen after the
     // caller has its answer: that is the point of a pool.
-    let recycled = super::pool::recycle_detached(root, opts, &key, Some(&id));
+    let recycled = super::pool::recycle_detached(root, &key, Some(&id));
     match (result, recycled) {
         (Ok(r), Ok(())) => Ok(r),
         (Err(e), _) => Err(e),
@@ -208,24 +210,9 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     }
 }
 
-/// One-shot sandboxes' ids start with this; a stopped one is garbage.
-const ONE_SHOT: &str = "run";
-
-/// Removes one-shot sandboxes whose supervisor died (SIGKILL, a crash):
-/// their init went with it (PDEATHSIG), and this cleans what remains; then
-/// frees the host ids of every box that is gone. A failure here leaves
-/// garbage for the next run, never a looser box.
-fn collect_garbage(root: &Path) {
-    let (rt, _) = dirs(root);
-    if let Ok(all) = rt.list() {
-        for s in all.into_iter().filter(|s| s.id.starts_with(ONE_SHOT) && s.status == Status::Stopped) {
-            let _ = remove_box(root, &s.id);
-        }
-    }
-    crate::lifetime::reap_expired(root);
-    let _ = Allocator::new(root).collect(&box_exists(root));
-    let _ = super::net::collect(root, &box_exists(root));
-}
+/// One-shot sandboxes' ids start with this; a stopped one whose
+/// supervisor is gone is garbage (module `gc`).
+pub(crate) const ONE_SHOT: &str = "run";
 
 /// Makes a persistent sandbox whose init idles until terminated or until
 /// its lifetime (`opts.lifetime`, default `opts.timeout`) ends; returns its
@@ -243,6 +230,8 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
     // and reaps what those programs leave. It never execs its own program,
     // which must still be one the box has.
     let idle = ["/bin/sh".to_string()];
+    // Held until the box runs (or is removed again).
+    let lock = boxlock::lock(root, &id)?;
     let made = (|| -> Result<()> {
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle, host_id)?;
@@ -269,7 +258,7 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
         crate::lifetime::ensure_reaper(root)
     })();
     if let Err(e) = made {
-        return Err(match remove_box(root, &id) {
+        return Err(match remove_box(root, &id, &lock) {
             Ok(()) | Err(Error::Runtime(RuntimeError::NotFound(_))) => e,
             Err(cleanup) => Error::WithCleanup { error: Box::new(e), cleanup: Box::new(cleanup) },
         });
@@ -399,6 +388,7 @@ pub fn shell(root: &Path, id: &str) -> Result<i32> {
 pub fn terminate(root: &Path, id: &str) -> Result<()> {
     let (rt, _) = dirs(root);
     tinyrun::check_id(id)?;
+    let _lock = boxlock::lock(root, id)?;
     rt.delete(id, false).or_else(|e| match e {
         RuntimeError::InvalidState(_) => rt.delete(id, true),
         e => Err(e),
