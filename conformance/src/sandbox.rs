@@ -230,8 +230,8 @@ impl Sbx {
     }
 
     /// `sandbox launch [common] OPTS`: the id. Unless OPTS set `--lifetime` or `--timeout`, the
-    /// box lives 10 minutes, not the default preset's 10 s, which a slow host (a VM under TCG)
-    /// can spend before the test is done with the box.
+    /// box lives 10 minutes (a tinyrun from before sessions gave it the preset's 10 s, which a
+    /// slow host, a VM under TCG, can spend before the test is done with the box).
     #[track_caller]
     pub fn launch(&self, opts: &[&str]) -> String {
         let mut v = vec!["launch"];

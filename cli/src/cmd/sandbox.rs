@@ -64,7 +64,19 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         SandboxCommand::Launch(a) => {
             let mut opts = options(&a.size)?;
             files(&mut opts, &a.files)?;
-            opts.lifetime = a.lifetime.as_deref().map(|l| duration("--lifetime", l)).transpose()?;
+            // An explicit --timeout is the lifetime, as it always was; a
+            // preset's is a run's limit, too short for a session.
+            let lifetime = a.lifetime.as_deref().map(|l| ("--lifetime", l)).or(a
+                .size
+                .timeout
+                .as_deref()
+                .map(|t| ("--timeout", t)));
+            opts.lifetime = lifetime.map(|(flag, l)| duration(flag, l)).transpose()?;
+            opts.idle_timeout = match a.idle_timeout.as_deref() {
+                Some("off") => None,
+                Some(t) => Some(duration("--idle-timeout", t)?),
+                None => Some(sandbox::DEFAULT_IDLE_TIMEOUT),
+            };
             outln!("{}", sandbox::launch(root, &opts, "sbx")?);
             Ok(0)
         }
@@ -84,6 +96,12 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         }
         SandboxCommand::Shell(a) => Ok(u8::try_from(sandbox::shell(root, &a.id)?).unwrap_or(255)),
         SandboxCommand::Terminate(a) => sandbox::terminate(root, &a.id).map(|_| 0).map_err(Into::into),
+        SandboxCommand::Extend(a) => {
+            let at = sandbox::extend(root, &a.id, duration("--lifetime", &a.lifetime)?)?;
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at);
+            outln!("{}", humantime::format_rfc3339_seconds(at));
+            Ok(0)
+        }
         SandboxCommand::List(a) => print_list(&sandbox::list(root)?, a.format).map(|_| 0),
         SandboxCommand::Pool(SandboxPoolCommand::Fill(a)) => {
             let mut opts = options(&a.size)?;

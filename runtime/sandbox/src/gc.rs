@@ -11,8 +11,8 @@
 //!   a record, a bundle dir without a state dir) while nobody holds its
 //!   lock (module `boxlock`): half made or half removed by a process that
 //!   is gone;
-//! - boxes past their lifetime, claims whose claimer died, expired
-//!   tombstones (module `lifetime`);
+//! - boxes past their lifetime or idle timeout, claims whose claimer died
+//!   (module `lifetime`), old tombstones (module `tombstone`);
 //! - host id records and egress records whose box is gone.
 
 use std::collections::BTreeSet;
@@ -26,6 +26,7 @@ pub(crate) fn collect(root: &Path) {
     stopped_one_shots(root);
     partial_boxes(root);
     crate::lifetime::reap_expired(root);
+    crate::tombstone::prune(root);
     let _ = Allocator::new(root).collect(&crate::run::box_exists(root));
     let _ = crate::net::collect(root, &crate::run::box_exists(root));
 }

@@ -19,6 +19,7 @@ mod copy;
 mod error;
 mod fsat;
 mod gc;
+mod idle;
 mod ids;
 mod image;
 mod lifetime;
@@ -31,6 +32,7 @@ mod run;
 mod spec;
 mod storage;
 mod sys;
+mod tombstone;
 mod wait;
 mod writes;
 
@@ -40,6 +42,7 @@ mod tests;
 pub use copy::{cp, CopyIn, DEFAULT_COPY_LIMIT};
 pub use error::{Error, Result};
 pub use ids::IdRange;
+pub use lifetime::{extend, DEFAULT_IDLE_TIMEOUT, DEFAULT_LIFETIME};
 pub use net::{parse_dns, AllowHost, Cidr, Egress};
 pub use options::{parse_duration, parse_size, Preset, SandboxOptions, DEFAULT_CGROUP_PARENT, MIN_MEMORY};
 pub use pool::{

@@ -1,5 +1,8 @@
 //! A launched box's lifetime: when it ends the box is terminated and
-//! purged, whether or not any tinyrun command is running then.
+//! purged, whether or not any tinyrun command is running then. So is a box
+//! that no command has touched for its idle timeout (module `idle`). A
+//! box that ends so leaves a tombstone (module `tombstone`), so commands
+//! that name it later say when and why it went.
 //!
 //! Two mechanisms, so one failing leaves the other:
 //! - the deadline is written into the box's bundle dir (`expires`, unix
@@ -24,6 +27,14 @@ use crate::sys::{self, Forked};
 
 const EXPIRES: &str = "expires";
 
+/// How long a launched box lives unless `--lifetime` says otherwise: long
+/// enough for a session of an agent's or a person's work.
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+/// The idle timeout `sandbox launch` gives a box unless `--idle-timeout`
+/// says otherwise.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
 /// Time added to a claimed box's own deadline before it is purged: the run
 /// that holds it kills it at that deadline and purges it itself.
 const CLAIM_GRACE: Duration = Duration::from_secs(5);
@@ -45,10 +56,30 @@ fn expires_file(root: &Path, id: &str) -> PathBuf {
     root.join("sandbox-bundles").join(id).join(EXPIRES)
 }
 
-/// Records box `id`'s deadline, `lifetime` from now.
-pub(crate) fn set(root: &Path, id: &str, lifetime: Duration) -> Result<()> {
+/// Records box `id`'s deadline, `lifetime` from now; returns it (unix
+/// milliseconds). Replaced in one rename: a reader never sees no deadline.
+pub(crate) fn set(root: &Path, id: &str, lifetime: Duration) -> Result<u64> {
+    use std::io::Write;
     let p = expires_file(root, id);
-    std::fs::write(&p, deadline_ms(lifetime).to_string()).map_err(|e| Error::io("write", &p, e))
+    let dir = p.parent().unwrap_or(root);
+    let at = deadline_ms(lifetime);
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
+    tmp.write_all(at.to_string().as_bytes()).map_err(|e| Error::io("write", tmp.path().to_path_buf(), e))?;
+    tmp.persist(&p).map_err(|e| Error::io("rename", &p, e.error))?;
+    Ok(at)
+}
+
+/// Sets the lifetime launched box `id` has left to `lifetime` from now
+/// (longer or shorter than before), and touches it; returns its new
+/// deadline in unix milliseconds. A box that has expired stays expired.
+pub fn extend(root: &Path, id: &str, lifetime: Duration) -> Result<u64> {
+    let _touch = crate::run::live_box(root, id)?.2;
+    if expires(root, id).is_none() {
+        return Err(Error::InvalidArgument(format!(
+            "sandbox {id} has no lifetime to extend (it is not a launched box)"
+        )));
+    }
+    set(root, id, lifetime)
 }
 
 /// Box `id`'s deadline in unix milliseconds, if it has one.
@@ -73,13 +104,36 @@ fn purge_at(root: &Path, id: &str) -> Option<u64> {
     })
 }
 
-/// Purges every box of `root` whose lifetime has ended. Errors are left
-/// for the next command: one box that can't be purged must not stop the
-/// others, or the caller's command.
+/// The next moment box `id` may have to be purged: [`purge_at`], or the
+/// end of its idle timeout if sooner.
+fn next_at(root: &Path, id: &str) -> Option<u64> {
+    let idle = crate::idle::deadline(root, id).map(|(t, _)| t);
+    match (purge_at(root, id), idle) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Purges every box of `root` whose lifetime or idle timeout has ended,
+/// leaving a tombstone for each launched one. Errors are left for the next
+/// command: one box that can't be purged must not stop the others, or the
+/// caller's command.
 pub(crate) fn reap_expired(root: &Path) {
     let now = now_ms();
     for id in names(&root.join("sandbox-bundles")) {
+        let launched = crate::pool::key_of(&id).is_none();
         if purge_at(root, &id).is_some_and(|t| t <= now) {
+            if launched {
+                let at = expires(root, &id).unwrap_or(now);
+                crate::tombstone::record(root, &id, at, "its lifetime ended");
+            }
+            let _ = crate::run::terminate(root, &id);
+        } else if let Some((at, timeout)) = crate::idle::deadline(root, &id).filter(|(t, _)| *t <= now) {
+            // Not while a command runs in it; held until it is gone, so
+            // none starts meanwhile.
+            let Some(_quiet) = crate::idle::quiet(root, &id) else { continue };
+            let why = format!("no command touched it for {}", humantime::format_duration(timeout));
+            crate::tombstone::record(root, &id, at, &why);
             let _ = crate::run::terminate(root, &id);
         }
     }
@@ -151,7 +205,7 @@ const GC_EVERY: Duration = Duration::from_secs(5);
 /// until the next deadline (or a tick), and leave when no box has a
 /// deadline.
 fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
-    let deadlines = || names(&root.join("sandbox-bundles")).iter().filter_map(|id| purge_at(root, id)).min();
+    let deadlines = || names(&root.join("sandbox-bundles")).iter().filter_map(|id| next_at(root, id)).min();
     let mut collected = std::time::Instant::now();
     loop {
         if collected.elapsed() >= GC_EVERY {

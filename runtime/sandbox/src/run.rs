@@ -214,9 +214,10 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
 /// supervisor is gone is garbage (module `gc`).
 pub(crate) const ONE_SHOT: &str = "run";
 
-/// Makes a persistent sandbox whose init idles until terminated or until
-/// its lifetime (`opts.lifetime`, default `opts.timeout`) ends; returns its
-/// id.
+/// Makes a persistent sandbox whose init idles until terminated, until
+/// its lifetime (`opts.lifetime`, default [`crate::DEFAULT_LIFETIME`])
+/// ends, or until no command has touched it for `opts.idle_timeout`;
+/// returns its id.
 ///
 /// # Preconditions
 /// The caller is single-threaded (it leaves a reaper: see `lifetime`).
@@ -251,7 +252,10 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
             ..Default::default()
         };
         // Written before the box runs: a box that exists always has one.
-        crate::lifetime::set(root, &id, opts.lifetime.unwrap_or(opts.timeout))?;
+        crate::lifetime::set(root, &id, opts.lifetime.unwrap_or(crate::DEFAULT_LIFETIME))?;
+        if let Some(t) = opts.idle_timeout {
+            crate::idle::set(root, &id, t)?;
+        }
         let mut c = rt.create(&id, &create)?;
         egress(root, &id, c.pid(), opts)?;
         c.start()?;
@@ -280,17 +284,28 @@ pub struct ExecRequest {
     pub output_cap: usize,
 }
 
-/// The runtime holding box `id` and the lifetime the box has left, unless
-/// that has ended (then the box is purged, and the error says so). Whether
-/// the box exists is left to what comes next.
-fn live_box(root: &Path, id: &str) -> Result<(Runtime, Option<Duration>)> {
+/// The runtime holding box `id`, the lifetime the box has left, and the
+/// box touched for as long as the caller keeps the last (module `idle`);
+/// unless the box has expired (then it is purged, and the error says
+/// when). Whether the box exists is otherwise left to what comes next.
+pub(crate) fn live_box(root: &Path, id: &str) -> Result<(Runtime, Option<Duration>, crate::idle::Touch)> {
     tinyrun::check_id(id)?;
     let left = crate::lifetime::remaining(root, id);
     if left.is_some_and(|d| d.is_zero()) {
         crate::lifetime::reap_expired(root);
-        return Err(Error::InvalidState(format!("sandbox {id} has reached the end of its lifetime and is removed")));
     }
-    Ok((dirs(root).0, left))
+    let touch = crate::idle::touch(root, id)?;
+    // Gone, maybe while we waited for the box's end to be over: say why.
+    if !root.join("sandbox").join(id).exists() {
+        return Err(gone(root, id));
+    }
+    Ok((dirs(root).0, left, touch))
+}
+
+/// The error for box `id`, which does not exist: when it expired, if it
+/// did lately, else that it does not exist.
+pub(crate) fn gone(root: &Path, id: &str) -> Error {
+    crate::tombstone::expired(root, id).unwrap_or_else(|| RuntimeError::NotFound(id.to_string()).into())
 }
 
 fn box_process(
@@ -320,7 +335,7 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     if let Some(e) = req.env.iter().find(|e| e.split_once('=').is_none_or(|(n, _)| n.is_empty())) {
         return Err(Error::InvalidArgument(format!("invalid --env {e:?}: use NAME=VALUE")));
     }
-    let (rt, lifetime) = live_box(root, id)?;
+    let (rt, lifetime, _touch) = live_box(root, id)?;
     let started = Instant::now();
     let limit = match (req.timeout, lifetime) {
         (Some(t), Some(l)) => Some(t.min(l)),
@@ -370,7 +385,8 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], env: &[String], stdio: Optio
 
 /// An interactive shell in sandbox `id`, on a terminal; returns its status.
 pub fn shell(root: &Path, id: &str) -> Result<i32> {
-    let c = live_box(root, id)?.0.load(id)?;
+    let (rt, _, _touch) = live_box(root, id)?;
+    let c = rt.load(id)?;
     let process = box_process(&c, &["/bin/sh".to_string()], &[], true)?;
     Ok(c.exec(&ExecOptions {
         process,
@@ -389,10 +405,15 @@ pub fn terminate(root: &Path, id: &str) -> Result<()> {
     let (rt, _) = dirs(root);
     tinyrun::check_id(id)?;
     let _lock = boxlock::lock(root, id)?;
-    rt.delete(id, false).or_else(|e| match e {
-        RuntimeError::InvalidState(_) => rt.delete(id, true),
-        e => Err(e),
-    })?;
+    rt.delete(id, false)
+        .or_else(|e| match e {
+            RuntimeError::InvalidState(_) => rt.delete(id, true),
+            e => Err(e),
+        })
+        .map_err(|e| match e {
+            RuntimeError::NotFound(_) => gone(root, id),
+            e => e.into(),
+        })?;
     remove_rest(root, id)
 }
 

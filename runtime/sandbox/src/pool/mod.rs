@@ -196,8 +196,12 @@ fn remove_unused(root: &Path, wanted: impl Fn(&str) -> bool) -> Result<Vec<Strin
         // Claimed first, so no run takes it while it goes; the claim's
         // deadline is now, so a reaper may purge it if we can't.
         if b.state != "idle" || claim::take(root, &b.id, deadline_ms(Duration::ZERO))? {
-            super::run::terminate(root, &b.id)?;
-            gone.push(b.id);
+            match super::run::terminate(root, &b.id) {
+                Ok(()) => gone.push(b.id),
+                // Purged meanwhile (its idle lifetime ended).
+                Err(Error::Runtime(tinyrun::RuntimeError::NotFound(_))) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(gone)
