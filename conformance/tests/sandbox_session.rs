@@ -209,3 +209,34 @@ fn sandbox_errors_are_sentences() {
     );
     sb.assert_clean("errors");
 }
+
+/// `terminate` of a one-shot run's box while the run is on: the command is killed at once, the
+/// run reports it and removes its box, and terminate succeeds.
+#[test]
+fn terminate_ends_a_one_shot_run() {
+    require_root!();
+    let sb = Sbx::new("sbx_session_terminate_run");
+    let run = sb.spawn_run(&["--json", "--timeout", "30s"], &["sleep", "25"]);
+    let state = sb.rt.root().join("sandbox");
+    wait_for("the one-shot box", 10, || {
+        tinyrun_conformance::sandbox::names_in(&state).iter().any(|id| state.join(id).join("state.json").exists())
+    });
+    let id = tinyrun_conformance::sandbox::names_in(&state).into_iter().next().expect("a box");
+    let t0 = std::time::Instant::now();
+    let t = sb.raw(&["terminate", &id]);
+    let out = run.wait();
+    let took = t0.elapsed();
+    saw(
+        sb.name,
+        format!(
+            "terminate {id}: exit {:?} {:?}; the run after {took:?}: {}",
+            t.code(),
+            t.stderr.trim(),
+            out.stdout.trim()
+        ),
+    );
+    assert!(t.ok(), "{t}");
+    assert!(took < Duration::from_secs(10), "the run went on for {took:?}");
+    assert!(out.stdout.contains("\"signal\":\"SIGKILL\""), "{out}");
+    sb.assert_clean("a terminated one-shot run");
+}

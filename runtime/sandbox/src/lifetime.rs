@@ -207,6 +207,7 @@ const GC_EVERY: Duration = Duration::from_secs(5);
 fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
     let deadlines = || names(&root.join("sandbox-bundles")).iter().filter_map(|id| next_at(root, id)).min();
     let mut collected = std::time::Instant::now();
+    let mut failed = crate::pool::Backoff::new();
     loop {
         if collected.elapsed() >= GC_EVERY {
             crate::gc::collect(root);
@@ -214,7 +215,7 @@ fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
         } else {
             reap_expired(root);
         }
-        crate::pool::refill_all(root);
+        crate::pool::refill_all(root, &mut failed);
         let Some(next) = deadlines() else {
             // Leave; but a box launched while we looked saw our lock and
             // relies on us: look again once the lock is released.

@@ -404,17 +404,29 @@ pub fn shell(root: &Path, id: &str) -> Result<i32> {
 pub fn terminate(root: &Path, id: &str) -> Result<()> {
     let (rt, _) = dirs(root);
     tinyrun::check_id(id)?;
-    let _lock = boxlock::lock(root, id)?;
-    rt.delete(id, false)
-        .or_else(|e| match e {
-            RuntimeError::InvalidState(_) => rt.delete(id, true),
-            e => Err(e),
-        })
-        .map_err(|e| match e {
-            RuntimeError::NotFound(_) => gone(root, id),
-            e => e.into(),
-        })?;
-    remove_rest(root, id)
+    let (_lock, waited) = match boxlock::try_lock(root, id)? {
+        Some(l) => (l, false),
+        None => {
+            // Held by its maker (a one-shot run, a launch under way): end
+            // what runs in it, and the maker removes it as any box that
+            // ends; or by another removal.
+            if let Ok(c) = rt.load(id) {
+                let _ = c.kill(nix::sys::signal::Signal::SIGKILL as i32, true);
+            }
+            (boxlock::lock(root, id)?, true)
+        }
+    };
+    let deleted = rt.delete(id, false).or_else(|e| match e {
+        RuntimeError::InvalidState(_) => rt.delete(id, true),
+        e => Err(e),
+    });
+    match deleted {
+        Ok(()) => remove_rest(root, id),
+        // Removed by the one we waited for: done.
+        Err(RuntimeError::NotFound(_)) if waited => Ok(()),
+        Err(RuntimeError::NotFound(_)) => Err(gone(root, id)),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The sandboxes that exist now.

@@ -258,12 +258,24 @@ fn refill(root: &Path, key: &str, how: Take) -> Result<Vec<String>> {
     top_up(root, &opts, key, rec.count, &lock)
 }
 
+/// The keys whose last refill by the reaper failed, each with when to try
+/// again.
+pub(crate) type Backoff = std::collections::HashMap<String, std::time::Instant>;
+
+/// How long the reaper leaves a key alone after its refill failed (a box
+/// that can't be made now, say an image gone, would fail every tick).
+const RETRY: Duration = Duration::from_secs(30);
+
 /// Replaces what is missing from every pool of the root, in the reaper (so
 /// boxes that expired unused come back without waiting for a run). A key
 /// someone is filling is left to them.
-pub(crate) fn refill_all(root: &Path) {
+pub(crate) fn refill_all(root: &Path, failed: &mut Backoff) {
+    let now = std::time::Instant::now();
+    failed.retain(|_, again| *again > now);
     for key in record::keys(root) {
-        let _ = refill(root, &key, Take::IfFree);
+        if !failed.contains_key(&key) && refill(root, &key, Take::IfFree).is_err() {
+            failed.insert(key, now + RETRY);
+        }
     }
 }
 
