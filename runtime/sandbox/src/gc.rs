@@ -13,7 +13,8 @@
 //!   is gone;
 //! - boxes past their lifetime or idle timeout, claims whose claimer died
 //!   (module `lifetime`), old tombstones (module `tombstone`);
-//! - host id records and egress records whose box is gone.
+//! - host id records and egress records whose box is gone, and pool key
+//!   directories that a fill killed midway left without a record.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -27,6 +28,7 @@ pub(crate) fn collect(root: &Path) {
     partial_boxes(root);
     crate::lifetime::reap_expired(root);
     crate::tombstone::prune(root);
+    crate::pool::collect(root);
     let _ = Allocator::new(root).collect(&crate::run::box_exists(root));
     let _ = crate::net::collect(root, &crate::run::box_exists(root));
 }

@@ -279,6 +279,21 @@ pub(crate) fn refill_all(root: &Path, failed: &mut Backoff) {
     }
 }
 
+/// Removes what a fill killed before it wrote its key's record left: the
+/// key's directory (no box of a key is made before its record is written).
+pub(crate) fn collect(root: &Path) {
+    for key in record::keys(root) {
+        if record::read(root, &key).is_some() {
+            continue;
+        }
+        if let Ok(Some(lock)) = record::lock(root, &key, Take::IfFree) {
+            if lock.read().is_none() {
+                let _ = lock.remove();
+            }
+        }
+    }
+}
+
 /// Claims one idle sandbox made with these options, if there is one; the
 /// claim holds the run's deadline (`opts.timeout` from now).
 pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
@@ -377,6 +392,19 @@ mod tests {
         assert_eq!(idle, [free]);
         // Boxes of another key are never idle for this one.
         assert!(idle_from(root, "poolz", CLAIM_MARGIN, || Ok(vec![running(free)])).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_key_without_a_record_is_collected() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let lock = record::lock(root, "poolaa", Take::Make).unwrap().unwrap();
+        lock.write(&Record { count: 1, options: PoolOptions::of(&SandboxOptions::default()) }).unwrap();
+        drop(lock);
+        drop(record::lock(root, "poolbb", Take::Make).unwrap());
+        collect(root);
+        assert_eq!(record::keys(root), ["poolaa"]);
+        assert_eq!(record::read(root, "poolaa").map(|r| r.count), Some(1));
     }
 
     #[test]
