@@ -293,6 +293,8 @@ pub(crate) fn live_box(root: &Path, id: &str) -> Result<(Runtime, Option<Duratio
     let left = crate::lifetime::remaining(root, id);
     if left.is_some_and(|d| d.is_zero()) {
         crate::lifetime::reap_expired(root);
+        let ended = || Error::InvalidState(format!("sandbox {id} has reached the end of its lifetime"));
+        return Err(crate::tombstone::expired(root, id).unwrap_or_else(ended));
     }
     let touch = crate::idle::touch(root, id)?;
     // Gone, maybe while we waited for the box's end to be over: say why.
