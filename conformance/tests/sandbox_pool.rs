@@ -96,10 +96,16 @@ fn twenty_runs_against_a_pool_of_four() {
         most = most.max(idle_now(&sb).len());
         std::thread::sleep(Duration::from_millis(5));
     }
-    // The reaper may still be making the last box (it is not `busy`): give it a moment.
+    // The reaper may still be making the last box (it is not `busy`).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut after = idle_now(&sb);
+    while after.len() < 4 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        after = idle_now(&sb);
+        most = most.max(after.len());
+    }
     std::thread::sleep(Duration::from_millis(600));
     most = most.max(idle_now(&sb).len());
-    let after = idle_now(&sb);
     let results: Vec<Value> = outs.iter().map(parse_result).collect();
     let hits = results.iter().filter(|r| r["pool"] == "hit").count();
     let misses = results.iter().filter(|r| r["pool"] == "miss").count();

@@ -130,22 +130,22 @@ fn an_expired_box_says_when() {
         assert!(says_expired(o, &gone, "lifetime"), "{what} of a box whose lifetime ended\n{o}");
     }
 
-    let id = launch(&sb, &["--idle-timeout", "2s", "--lifetime", "60s"]);
-    let long = sb.raw(&["exec", &id, "--", "sleep", "3"]);
-    std::thread::sleep(Duration::from_millis(1200));
+    let id = launch(&sb, &["--idle-timeout", "3s", "--lifetime", "60s"]);
+    let long = sb.raw(&["exec", &id, "--", "sleep", "4"]);
+    std::thread::sleep(Duration::from_millis(1000));
     let touched = sb.raw(&["exec", &id, "--", "echo", "alive"]);
-    std::thread::sleep(Duration::from_millis(1200));
+    std::thread::sleep(Duration::from_millis(1000));
     let src = sb.rt.work().join("in.txt");
     std::fs::write(&src, "in\n").expect("write a file to copy in");
     let copied = sb.raw(&["cp", src.to_str().expect("utf-8"), &format!("{id}:/work/in.txt")]);
     let t0 = std::time::Instant::now();
-    wait_for("the idle box to be purged", 6, || !exists(&sb, &id));
+    wait_for("the idle box to be purged", 8, || !exists(&sb, &id));
     let idle_for = t0.elapsed();
     let idle_exec = sb.raw(&["exec", &id, "--", "true"]);
     saw(
         sb.name,
         format!(
-            "--idle-timeout 2s: exec sleep 3 {:?}, exec after 1.2 s {:?}, cp after 1.2 s {:?}, purged {idle_for:?} \
+            "--idle-timeout 3s: exec sleep 4 {:?}, exec after 1 s {:?}, cp after 1 s {:?}, purged {idle_for:?} \
              later; exec then: {:?}",
             long.code(),
             touched.code(),
@@ -156,7 +156,7 @@ fn an_expired_box_says_when() {
     assert!(long.ok(), "a command longer than the idle timeout ended the box\n{long}");
     assert!(touched.ok() && touched.stdout == "alive\n", "{touched}");
     assert!(copied.ok(), "{copied}");
-    assert!(says_expired(&idle_exec, &id, "no command touched it for 2s"), "{idle_exec}");
+    assert!(says_expired(&idle_exec, &id, "no command touched it for 3s"), "{idle_exec}");
     sb.assert_clean("expired boxes");
 }
 
