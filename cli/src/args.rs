@@ -127,6 +127,12 @@ impl Command {
             _ => 1,
         }
     }
+
+    /// Whether this is `tinyrun sandbox`, whose errors read as sentences
+    /// (runc's commands keep runc's log lines).
+    pub(crate) fn is_sandbox(&self) -> bool {
+        matches!(self, Command::Sandbox(_))
+    }
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,9 @@
 //! or one JSON object per line (`{"level","msg","time"}`), to `--log` or
 //! stderr. containerd keeps the last `error` line of a JSON log and podman
 //! reads the whole file as one object, so a failure writes exactly one line
-//! and nothing else is logged unless `--debug` asks for it.
+//! and nothing else is logged unless `--debug` asks for it. The sandbox's
+//! commands, which no runc caller parses, tell a person what failed in
+//! one sentence instead (`Logger::sentence`).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -59,6 +61,17 @@ impl Logger {
             }
             None => eprintln!("{line}"),
         }
+    }
+
+    /// The failure of a command of tinyrun's own (not runc's), for a person
+    /// to read: `PREFIX: MSG` on stderr; the log file, if any, still gets
+    /// its line in the log's format.
+    pub(crate) fn sentence(&self, prefix: &str, msg: &str) {
+        if let Some(f) = &self.file {
+            let mut f: &File = f;
+            let _ = writeln!(f, "{}", self.line("error", msg));
+        }
+        eprintln!("{prefix}: {msg}");
     }
 
     /// Config the runtime went on past, logged as runc logs it: to the log

@@ -70,17 +70,21 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     };
     let failure_code = command.failure_code();
+    let fail = |e: &anyhow::Error| match command.is_sandbox() {
+        true => log.sentence("tinyrun sandbox", &one_line(e)),
+        false => log.error(&one_line(e)),
+    };
     match cmd::dispatch(&cli, command, &log) {
         Ok(code) => ExitCode::from(code),
         // The container could reach our binary: run again from a sealed copy.
         Err(e) if matches!(e.downcast_ref(), Some(tinyrun::RuntimeError::NeedsSealedBinary)) => {
             log.debug("re-executing from a sealed copy of the runtime binary");
             let Err(e) = tinyrun::reexec_sealed();
-            log.error(&one_line(&e.into()));
+            fail(&e.into());
             ExitCode::from(failure_code)
         }
         Err(e) => {
-            log.error(&one_line(&e));
+            fail(&e);
             ExitCode::from(cmd::failure_code(&e).unwrap_or(failure_code))
         }
     }

@@ -18,11 +18,16 @@ const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): san
      launched box's holds agent.sock, 0600, where its resident init takes the programs exec and run --pool ask \
      for), \
      sandbox-bundles/ (their bundles and generated roots; a launched box's deadline is sandbox-bundles/ID/expires, \
-     in unix milliseconds), sandbox-pool/ (how many pooled boxes to keep and their idle lifetime, per \
-     configuration), sandbox-ids/ (the host id ranges in use, one file per box), sandbox-seccomp/ (the compiled \
-     seccomp program of each profile in use, 0700), sandbox-net/ (the /30 link of \
-     each box with --network egress, one file per box, named by its first address) and sandbox-reaper.lock (held \
-     by the root's reaper while it runs). /etc/subuid and /etc/subgid are read so no box gets a range listed \
+     in unix milliseconds, and its idle timeout sandbox-bundles/ID/idle, touched by every command that uses the \
+     box; a pooled box taken by a run has sandbox/ID/claimed: the run's deadline, pid and start \
+     time), sandbox-pool/ (a directory per pool key, 0700, whose record.json, 0600, holds how many boxes to keep \
+     and the options they are made with; its lock is held while boxes of the key are made or drained), \
+     sandbox-expired/ (when and why each box that expired in the last hour ended), sandbox-ids/ (the host id \
+     ranges in use, one file per box), sandbox-seccomp/ (the seccomp program of each \
+     profile in use, compiled by this build of tinyrun and libseccomp, 0700), sandbox-net/ (the /30 link of \
+     each box with --network egress, one file per box, named by its first address), sandbox-boxes.lock (one \
+     byte per box, locked while the box is made or removed) and sandbox-reaper.lock (held by the root's reaper \
+     while it runs). /etc/subuid and /etc/subgid are read so no box gets a range listed \
      there. With --network egress, the box's host-side link trb-<hash> and nftables table inet tinyrun-<hash> \
      live in the host's network namespace, with the forward guard ip tinyrun while tinyrun keeps \
      net.ipv4.ip_forward on for its boxes; /run/tinyrun-egress.lock orders their changes between state roots.";
@@ -188,11 +193,21 @@ large   2G      4      512     120s  512M",
                  elsewhere the box stays in the caller's cgroup).",
             ),
             Block::P(
-                "A launched box lives for --lifetime, by default its --timeout (the preset's: 10s for micro), \
-                 and is then terminated and purged by the root's reaper, a small process (tinyrun-reaper) that \
-                 runs while a box of the root has a deadline; if it is gone, the next sandbox command of the root \
-                 purges expired boxes first, and exec into one is refused. A pooled box waits unused for at most \
-                 --idle-lifetime (default 10m); pool drain empties the pool and stops refills.",
+                "A launched box lives for --lifetime (default 30m, or --timeout if that is given; a preset's \
+                 timeout is a run's, not a session's), and ends sooner if no command has touched it for \
+                 --idle-timeout (default 10m; off for none): exec, shell, cp and extend touch a box when they \
+                 start and when they end, and a box is never idle while one of them runs. sandbox extend ID \
+                 --lifetime D makes the box end D from now, sooner or later than before. An expired box is \
+                 terminated and purged by the root's reaper, a small process (tinyrun-reaper) that runs while \
+                 a box of the root has a deadline; if it is gone, the next sandbox command of the root purges \
+                 expired boxes first. For an hour after, exec, cp, shell, extend and terminate on its id fail \
+                 with \"sandbox ID expired at T (why)\", T in RFC 3339. exec --timeout limits one command, \
+                 from the call on (it and all it started are killed by its own cgroup; the box lives on). Outside --json, the sandbox's errors are \
+                 one line, \"tinyrun sandbox: what failed\" (with --log, the log gets its line as well). A pool keeps the number of idle boxes pool \
+                 fill asked for (never more): a run that takes one, and the reaper, replace what is taken, \
+                 terminated or past its --idle-lifetime (default 10m) until pool drain KEY (or --all) empties \
+                 the pool and stops its refills. A run whose tinyrun process dies gives its pooled box back to \
+                 the reaper, which removes it.",
             ),
             Block::P(
                 "exec (and run --pool) returns when its command exits, with its output up to then. What the \
@@ -365,7 +380,8 @@ const PAGES: &[Page] = &[
         "See EXIT STATUS above.",
         &[
             ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
-            ("id=$(tinyrun sandbox launch --lifetime 30m)", "a persistent box, gone after 30 minutes"),
+            ("id=$(tinyrun sandbox launch --lifetime 2h)", "a persistent box, gone after 2 hours (or 10 idle minutes)"),
+            ("tinyrun sandbox extend \"$id\" --lifetime 1h", "it now ends an hour from now"),
             ("tinyrun sandbox exec \"$id\" -- pip install --user x", "use it"),
             ("tinyrun sandbox terminate \"$id\"", "remove it and every trace of it now"),
             ("tinyrun sandbox pool fill 4 && tinyrun sandbox run --pool --json -- true", "a warm pool"),
@@ -381,8 +397,8 @@ const PAGES: &[Page] = &[
         SANDBOX_ZERO_OR_125,
         &[
             ("tinyrun sandbox pool fill --type nano --idle-lifetime 5m 8", "keep 8 nano boxes waiting"),
-            ("tinyrun sandbox pool list", "the pool's boxes, idle or in use"),
-            ("tinyrun sandbox pool drain", "empty it"),
+            ("tinyrun sandbox pool list", "the pools' boxes, idle or in use, with each key's options"),
+            ("tinyrun sandbox pool drain --all", "empty every pool of the root"),
         ],
     ),
 ];

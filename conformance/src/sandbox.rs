@@ -230,8 +230,8 @@ impl Sbx {
     }
 
     /// `sandbox launch [common] OPTS`: the id. Unless OPTS set `--lifetime` or `--timeout`, the
-    /// box lives 10 minutes, not the default preset's 10 s, which a slow host (a VM under TCG)
-    /// can spend before the test is done with the box.
+    /// box lives 10 minutes (a tinyrun from before sessions gave it the preset's 10 s, which a
+    /// slow host, a VM under TCG, can spend before the test is done with the box).
     #[track_caller]
     pub fn launch(&self, opts: &[&str]) -> String {
         let mut v = vec!["launch"];
@@ -336,6 +336,10 @@ impl Drop for Sbx {
     /// Runtime's own Drop then kills tagged processes, unmounts and removes the scratch dir.
     fn drop(&mut self) {
         let state = self.rt.root().join("sandbox");
+        // Pools first: a drain stops their refills (the reaper's too), which terminating their boxes
+        // would only start. (`pool drain` with neither a key nor --all is a tinyrun of before keys.)
+        self.quiet(&["sandbox", "pool", "drain", "--all"]);
+        self.quiet(&["sandbox", "pool", "drain"]);
         for id in names_in(&state) {
             self.quiet(&["sandbox", "terminate", &id]);
         }

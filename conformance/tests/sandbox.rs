@@ -665,7 +665,7 @@ fn pool_list(sb: &Sbx) -> String {
 }
 
 /// pool fill 2 → run --pool gives the right output (in one of the pool's sandboxes, still
-/// hardened) → soon the pool is back at 2 with a fresh sandbox → terminate all → nothing left.
+/// hardened) → soon the pool is back at 2 with a fresh sandbox → drain it → nothing left.
 #[test]
 fn pool_fill_run_refill() {
     require_root!();
@@ -701,11 +701,10 @@ fn pool_fill_run_refill() {
     let used: Vec<&String> = before.iter().filter(|i| !after.contains(i)).collect();
     let (j, jo) = sb.run_json(&["--pool"], &["python3", "-c", "print(2 + 2)"]);
     wait_for("the second refill", 10, || pool_idle(&sb).len() == 2 && tinyrun_procs(&sb).is_empty());
-    let all: Vec<String> = sb.list().into_iter().map(|(i, _, _)| i).collect();
-    let mut terminated = Vec::new();
-    for id in &all {
-        terminated.push((id.clone(), sb.raw(&["terminate", id]).code()));
-    }
+    // Drained, not terminated box by box: the pool would refill what goes.
+    let drained = sb.raw(&["pool", "drain", "--all"]);
+    let terminated: Vec<(String, Option<i32>)> =
+        drained.stdout.lines().map(|id| (id.to_string(), drained.code())).collect();
     let left = sb.list();
     let stdout = text(&o, "stdout");
     saw(
@@ -713,7 +712,7 @@ fn pool_fill_run_refill() {
         format!(
             "pool fill 2 ({fill_ms} ms): {before:?}; run --pool --json ({run_ms} ms): pool {} {} stdout {stdout:?}; \
              used {used:?}; back to {} idle in {refill_ms} ms (refilled={refilled}): {after:?}; \
-             run --pool --json: pool {} {} stdout {:?}; terminate all: {terminated:?}; list after: {left:?}",
+             run --pool --json: pool {} {} stdout {:?}; pool drain --all: {terminated:?}; list after: {left:?}",
             o["pool"],
             short(&o),
             after.len(),
@@ -742,8 +741,8 @@ fn pool_fill_run_refill() {
     assert!(refilled, "the pool did not get back to 2 idle within 10 s: {after:?}\n{pools}");
     assert_eq!(j["pool"].as_str(), Some("hit"), "the second run --pool\n{jo}");
     assert_eq!((j["exit_code"].as_i64(), text(&j, "stdout").as_str()), (Some(0), "4\n"), "{jo}");
-    assert!(terminated.iter().all(|(_, c)| *c == Some(0)), "terminate: {terminated:?}");
-    assert!(left.is_empty(), "list after terminating all: {left:?}");
+    assert!(drained.ok() && terminated.len() == 2, "pool drain --all\n{drained}");
+    assert!(left.is_empty(), "list after draining the pool: {left:?}");
     sb.assert_clean("terminating the pool");
 }
 
@@ -1003,6 +1002,7 @@ fn concurrent_use_does_not_block() {
     assert!(e_t < quick, "a second exec waited {e_t:?} for the first");
     assert!(t.ok(), "{t}");
     assert!(t_t < Duration::from_secs(3), "terminate waited {t_t:?} for a running exec");
+    sb.raw(&["pool", "drain", "--all"]).expect_ok("pool drain --all");
     for id in names_in(&sb.rt.root().join("sandbox")) {
         sb.quiet(&["sandbox", "terminate", &id]);
     }

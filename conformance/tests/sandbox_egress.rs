@@ -549,10 +549,14 @@ fn bad_egress_options_and_failed_setup_leave_nothing() {
     net.sb.assert_clean("failed egress set-up");
 }
 
-/// Waits (10 s at most) for this test's tinyrun processes to end: a pool's detached refill.
+/// Waits (10 s at most) for this test's tinyrun processes to end: a pool's detached refill (the
+/// root's reaper, which lives as long as a box has a lifetime, aside).
 fn wait_for_refills(net: &Net) {
     let bin = net.sb.rt.bin.to_string_lossy().into_owned();
-    let refilling = || net.sb.rt.leftovers().into_iter().any(|p| tinyrun_conformance::cmdline(p).first() == Some(&bin));
+    let reaper = |p: i32| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tinyrun-reaper");
+    let refilling = || {
+        net.sb.rt.leftovers().into_iter().any(|p| tinyrun_conformance::cmdline(p).first() == Some(&bin) && !reaper(p))
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     while refilling() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
@@ -583,7 +587,9 @@ fn pooled_egress_boxes_serve_only_matching_runs() {
     let taken = net.sb.rt.root().join("sandbox").join(&pooled).join("claimed").exists()
         || !net.sb.rt.root().join("sandbox").join(&pooled).exists();
     wait_for_refills(&net);
-    let mut terminated = Vec::new();
+    // The pool first: terminating its boxes would only have them refilled.
+    let drained = net.sandbox(&["pool", "drain", "--all"]);
+    let mut terminated = vec![format!("pool drain --all: {:?}", drained.code())];
     for id in tinyrun_conformance::sandbox::names_in(&net.sb.rt.root().join("sandbox")) {
         let t = net.sandbox(&["terminate", &id]);
         terminated.push(format!("{id}: {:?}", t.code()));

@@ -18,6 +18,8 @@ pub(crate) enum SandboxCommand {
     Shell(SandboxIdArg),
     /// remove a persistent sandbox
     Terminate(SandboxIdArg),
+    /// set the lifetime a persistent sandbox has left: it now ends --lifetime from now
+    Extend(SandboxExtendArgs),
     /// copy files into or out of a persistent sandbox: cp HOSTPATH ID:/BOXPATH, or cp ID:/BOXPATH HOSTPATH
     ///
     /// Box paths are resolved inside the box (a symlink the box planted can't lead to the host); a symlink is
@@ -38,8 +40,19 @@ pub(crate) enum SandboxPoolCommand {
     Fill(Box<SandboxPoolFillArgs>),
     /// list the pool's sandboxes: idle or in use, their key, and the time an idle one has left
     List(SandboxListArgs),
-    /// empty the pool: stop refilling it and terminate every idle sandbox (one in use goes when its run ends)
-    Drain,
+    /// empty a pool (the KEY `pool list` shows) or, with --all, every pool: stop refilling it and terminate its
+    /// idle sandboxes (one in use goes when its run ends)
+    Drain(SandboxPoolDrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxPoolDrainArgs {
+    /// drain every pool of the root
+    #[arg(long, conflicts_with = "key")]
+    pub all: bool,
+    /// the pool's key, as `pool list` shows it
+    #[arg(required_unless_present = "all")]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -56,7 +69,8 @@ pub(crate) struct SandboxSizeArgs {
     /// most processes at once
     #[arg(long, value_name = "N")]
     pub pids: Option<i64>,
-    /// wall-clock limit of a run, e.g. 10s or 500ms; a launched box's lifetime unless --lifetime is given
+    /// wall-clock limit of a run, e.g. 10s or 500ms; given to launch, the box's lifetime unless --lifetime is also
+    /// given
     #[arg(long, value_name = "DURATION")]
     pub timeout: Option<String>,
     /// size of the /tmp and /work tmpfs, e.g. 64M
@@ -165,9 +179,13 @@ pub(crate) struct SandboxLaunchArgs {
     #[command(flatten)]
     pub size: SandboxSizeArgs,
     /// how long the box lives: when this has passed it is terminated and every trace of it removed, whether or
-    /// not a tinyrun command is running (default: --timeout, or the preset's)
+    /// not a tinyrun command is running (default: 30m, or --timeout if given); `sandbox extend` changes it
     #[arg(long, value_name = "DURATION")]
     pub lifetime: Option<String>,
+    /// end the box once no command has touched it (exec, shell, cp or extend, counted from when the last one
+    /// ended) for this long, or "off" (default: 10m)
+    #[arg(long, value_name = "DURATION")]
+    pub idle_timeout: Option<String>,
     #[command(flatten)]
     pub files: SandboxFilesArgs,
 }
@@ -213,6 +231,15 @@ pub(crate) struct SandboxExecArgs {
     /// the command and its arguments
     #[arg(required = true, last = true)]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxExtendArgs {
+    /// the lifetime the box has left from now on (longer or shorter than before), e.g. 30m
+    #[arg(long, value_name = "DURATION", required = true)]
+    pub lifetime: String,
+    /// the sandbox's id
+    pub id: String,
 }
 
 #[derive(Debug, Args)]

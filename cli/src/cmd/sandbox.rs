@@ -64,7 +64,19 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         SandboxCommand::Launch(a) => {
             let mut opts = options(&a.size)?;
             files(&mut opts, &a.files)?;
-            opts.lifetime = a.lifetime.as_deref().map(|l| duration("--lifetime", l)).transpose()?;
+            // An explicit --timeout is the lifetime, as it always was; a
+            // preset's is a run's limit, too short for a session.
+            let lifetime = a.lifetime.as_deref().map(|l| ("--lifetime", l)).or(a
+                .size
+                .timeout
+                .as_deref()
+                .map(|t| ("--timeout", t)));
+            opts.lifetime = lifetime.map(|(flag, l)| duration(flag, l)).transpose()?;
+            opts.idle_timeout = match a.idle_timeout.as_deref() {
+                Some("off") => None,
+                Some(t) => Some(duration("--idle-timeout", t)?),
+                None => Some(sandbox::DEFAULT_IDLE_TIMEOUT),
+            };
             outln!("{}", sandbox::launch(root, &opts, "sbx")?);
             Ok(0)
         }
@@ -87,6 +99,12 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         }
         SandboxCommand::Shell(a) => Ok(u8::try_from(sandbox::shell(root, &a.id)?).unwrap_or(255)),
         SandboxCommand::Terminate(a) => sandbox::terminate(root, &a.id).map(|_| 0).map_err(Into::into),
+        SandboxCommand::Extend(a) => {
+            let at = sandbox::extend(root, &a.id, duration("--lifetime", &a.lifetime)?)?;
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at);
+            outln!("{}", humantime::format_rfc3339_seconds(at));
+            Ok(0)
+        }
         SandboxCommand::List(a) => print_list(&sandbox::list(root)?, a.format).map(|_| 0),
         SandboxCommand::Pool(SandboxPoolCommand::Fill(a)) => {
             let mut opts = options(&a.size)?;
@@ -99,8 +117,8 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         SandboxCommand::Pool(SandboxPoolCommand::List(a)) => {
             print_pool(&sandbox::pool_list(root)?, a.format).map(|_| 0)
         }
-        SandboxCommand::Pool(SandboxPoolCommand::Drain) => {
-            for id in sandbox::pool_drain(root)? {
+        SandboxCommand::Pool(SandboxPoolCommand::Drain(a)) => {
+            for id in sandbox::pool_drain(root, a.key.as_deref())? {
                 outln!("{id}");
             }
             Ok(0)
@@ -143,10 +161,11 @@ fn print_pool(all: &[sandbox::PoolBox], format: ListFormat) -> anyhow::Result<()
         ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
         ListFormat::Table => {
             let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
-            writeln!(out, "{:<w$}   {:<7} {:<10} CREATED", "ID", "STATE", "EXPIRES")?;
+            writeln!(out, "{:<w$}   {:<7} {:<10} {:<30} OPTIONS", "ID", "STATE", "EXPIRES", "CREATED")?;
             for b in all {
                 let left = b.expires_in_s.map_or("-".to_string(), |s| format!("{s}s"));
-                writeln!(out, "{:<w$}   {:<7} {:<10} {}", b.id, b.state, left, b.created)?;
+                let opts = b.options.as_ref().map_or("-".to_string(), sandbox::PoolOptions::summary);
+                writeln!(out, "{:<w$}   {:<7} {:<10} {:<30} {opts}", b.id, b.state, left, b.created)?;
             }
         }
     }

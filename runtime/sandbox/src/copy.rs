@@ -107,11 +107,11 @@ fn box_err<'a>(what: &str, path: &'a Path) -> impl FnOnce(Errno) -> Error + 'a {
 pub fn cp(root: &Path, from: &str, to: &str, limit: u64) -> Result<u64> {
     match (box_path(from), box_path(to)) {
         (None, Some((id, p))) => {
-            let fs = open(root, id)?;
+            let (fs, _touch) = open(root, id)?;
             into_box(&fs, Path::new(from), p, &mut Budget::new(limit), false)
         }
         (Some((id, p)), None) => {
-            let fs = open(root, id)?;
+            let (fs, _touch) = open(root, id)?;
             out_of_box(&fs, p, Path::new(to), &mut Budget::new(limit))
         }
         (Some(_), Some(_)) => {
@@ -129,11 +129,11 @@ fn box_path(arg: &str) -> Option<(&str, &Path)> {
     (tinyrun::check_id(id).is_ok() && p.starts_with('/')).then_some((id, Path::new(p)))
 }
 
-fn open(root: &Path, id: &str) -> Result<BoxFs> {
-    if !root.join("sandbox").join(id).is_dir() {
-        return Err(Error::Runtime(tinyrun::RuntimeError::NotFound(id.to_string())));
-    }
-    storage::open_box(&root.join("sandbox-bundles").join(id))
+/// Box `id`'s files, and the box touched while the copy lasts (a copy is
+/// use: module `idle`). A box that expired says so.
+fn open(root: &Path, id: &str) -> Result<(BoxFs, crate::idle::Touch)> {
+    let touch = crate::run::live_box(root, id)?.2;
+    Ok((storage::open_box(&root.join("sandbox-bundles").join(id))?, touch))
 }
 
 /// Every `--copy-in` of `copy_ins`, into the box whose bundle dir is

@@ -62,6 +62,17 @@ pub enum Error {
     /// The box's spec or the shipped seccomp profile could not be made.
     #[error("{0}")]
     InvalidSpec(String),
+    /// A launched box that no longer exists because its lifetime or its
+    /// idle timeout ended (told for a while after, see module `tombstone`).
+    #[error("sandbox {id} expired at {at} ({why})")]
+    Expired {
+        /// The box.
+        id: String,
+        /// When, in RFC 3339.
+        at: String,
+        /// Which of its limits ended it.
+        why: String,
+    },
     /// A failure followed by a failed clean-up: both are reported.
     #[error("{error} (clean-up also failed: {cleanup})")]
     WithCleanup {

@@ -14,8 +14,11 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod boxlock;
 mod copy;
 mod error;
+mod gc;
+mod idle;
 mod ids;
 mod image;
 mod lifetime;
@@ -29,6 +32,7 @@ mod spec;
 mod stdio;
 mod storage;
 mod sys;
+mod tombstone;
 mod wait;
 mod writes;
 
@@ -38,10 +42,12 @@ mod tests;
 pub use copy::{cp, CopyIn, DEFAULT_COPY_LIMIT};
 pub use error::{Error, Result};
 pub use ids::IdRange;
+pub use lifetime::{extend, DEFAULT_IDLE_TIMEOUT, DEFAULT_LIFETIME};
 pub use net::{parse_dns, AllowHost, Cidr, Egress};
 pub use options::{parse_duration, parse_size, Preset, SandboxOptions, DEFAULT_CGROUP_PARENT, MIN_MEMORY};
 pub use pool::{
-    drain as pool_drain, fill as pool_fill, list as pool_list, take as pool_take, PoolBox, DEFAULT_IDLE_LIFETIME,
+    drain as pool_drain, fill as pool_fill, list as pool_list, take as pool_take, PoolBox, PoolOptions,
+    DEFAULT_IDLE_LIFETIME,
 };
 pub use run::{
     exec, launch, list, run, run_pooled, shell, terminate, ExecRequest, Output, PoolUse, SandboxResult, SCHEMA_VERSION,

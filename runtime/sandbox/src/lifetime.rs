@@ -1,5 +1,8 @@
 //! A launched box's lifetime: when it ends the box is terminated and
-//! purged, whether or not any tinyrun command is running then.
+//! purged, whether or not any tinyrun command is running then. So is a box
+//! that no command has touched for its idle timeout (module `idle`). A
+//! box that ends so leaves a tombstone (module `tombstone`), so commands
+//! that name it later say when and why it went.
 //!
 //! Two mechanisms, so one failing leaves the other:
 //! - the deadline is written into the box's bundle dir (`expires`, unix
@@ -10,7 +13,10 @@
 //!   and exits when no box of the root has one left.
 //!
 //! A pooled box taken by a run is claimed (module `pool`); the claim holds
-//! the run's own deadline, and the box lives until that one too has passed.
+//! the run's own deadline, and the box lives until that one too has passed,
+//! or until the run is seen dead. The reaper also refills the root's pools
+//! (replacing boxes that expired unused) and collects the garbage of boxes
+//! whose maker died (module `gc`).
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
@@ -21,6 +27,14 @@ use crate::error::{Error, Result};
 use crate::sys::{self, Forked};
 
 const EXPIRES: &str = "expires";
+
+/// How long a launched box lives unless `--lifetime` says otherwise: long
+/// enough for a session of an agent's or a person's work.
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+/// The idle timeout `sandbox launch` gives a box unless `--idle-timeout`
+/// says otherwise.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// Time added to a claimed box's own deadline before it is purged: the run
 /// that holds it kills it at that deadline and purges it itself.
@@ -43,10 +57,30 @@ fn expires_file(root: &Path, id: &str) -> PathBuf {
     root.join("sandbox-bundles").join(id).join(EXPIRES)
 }
 
-/// Records box `id`'s deadline, `lifetime` from now.
-pub(crate) fn set(root: &Path, id: &str, lifetime: Duration) -> Result<()> {
+/// Records box `id`'s deadline, `lifetime` from now; returns it (unix
+/// milliseconds). Replaced in one rename: a reader never sees no deadline.
+pub(crate) fn set(root: &Path, id: &str, lifetime: Duration) -> Result<u64> {
+    use std::io::Write;
     let p = expires_file(root, id);
-    std::fs::write(&p, deadline_ms(lifetime).to_string()).map_err(|e| Error::io("write", &p, e))
+    let dir = p.parent().unwrap_or(root);
+    let at = deadline_ms(lifetime);
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| Error::io("create", dir, e))?;
+    tmp.write_all(at.to_string().as_bytes()).map_err(|e| Error::io("write", tmp.path().to_path_buf(), e))?;
+    tmp.persist(&p).map_err(|e| Error::io("rename", &p, e.error))?;
+    Ok(at)
+}
+
+/// Sets the lifetime launched box `id` has left to `lifetime` from now
+/// (longer or shorter than before), and touches it; returns its new
+/// deadline in unix milliseconds. A box that has expired stays expired.
+pub fn extend(root: &Path, id: &str, lifetime: Duration) -> Result<u64> {
+    let _touch = crate::run::live_box(root, id)?.2;
+    if expires(root, id).is_none() {
+        return Err(Error::InvalidArgument(format!(
+            "sandbox {id} has no lifetime to extend (it is not a launched box)"
+        )));
+    }
+    set(root, id, lifetime)
 }
 
 /// Box `id`'s deadline in unix milliseconds, if it has one.
@@ -63,23 +97,44 @@ pub(crate) fn remaining(root: &Path, id: &str) -> Option<Duration> {
 /// claimed it may still be using it. `None` if it has no deadline.
 fn purge_at(root: &Path, id: &str) -> Option<u64> {
     let own = expires(root, id)?;
-    let claim = crate::pool::claim_file(root, id);
-    let claimed = match read_ms(&claim) {
-        Some(t) => t.saturating_add(u64::try_from(CLAIM_GRACE.as_millis()).unwrap_or(0)),
-        // Claimed a moment ago, deadline not yet written: look again soon.
-        None if claim.exists() => now_ms().saturating_add(1000),
-        None => 0,
-    };
-    Some(own.max(claimed))
+    Some(match crate::pool::claim(root, id) {
+        crate::pool::Claim::Free => own,
+        crate::pool::Claim::Until(t) => own.max(t.saturating_add(u64::try_from(CLAIM_GRACE.as_millis()).unwrap_or(0))),
+        // Nobody will use it, nor remove it.
+        crate::pool::Claim::Abandoned => 0,
+    })
 }
 
-/// Purges every box of `root` whose lifetime has ended. Errors are left
-/// for the next command: one box that can't be purged must not stop the
-/// others, or the caller's command.
+/// The next moment box `id` may have to be purged: [`purge_at`], or the
+/// end of its idle timeout if sooner.
+fn next_at(root: &Path, id: &str) -> Option<u64> {
+    let idle = crate::idle::deadline(root, id).map(|(t, _)| t);
+    match (purge_at(root, id), idle) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Purges every box of `root` whose lifetime or idle timeout has ended,
+/// leaving a tombstone for each launched one. Errors are left for the next
+/// command: one box that can't be purged must not stop the others, or the
+/// caller's command.
 pub(crate) fn reap_expired(root: &Path) {
     let now = now_ms();
     for id in names(&root.join("sandbox-bundles")) {
+        let launched = crate::pool::key_of(&id).is_none();
         if purge_at(root, &id).is_some_and(|t| t <= now) {
+            if launched {
+                let at = expires(root, &id).unwrap_or(now);
+                crate::tombstone::record(root, &id, at, "its lifetime ended");
+            }
+            let _ = crate::run::terminate(root, &id);
+        } else if let Some((at, timeout)) = crate::idle::deadline(root, &id).filter(|(t, _)| *t <= now) {
+            // Not while a command runs in it; held until it is gone, so
+            // none starts meanwhile.
+            let Some(_quiet) = crate::idle::quiet(root, &id) else { continue };
+            let why = format!("no command touched it for {}", humantime::format_duration(timeout));
+            crate::tombstone::record(root, &id, at, &why);
             let _ = crate::run::terminate(root, &id);
         }
     }
@@ -151,12 +206,24 @@ pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
     }
 }
 
-/// The reaper's loop: purge what has expired, sleep until the next
-/// deadline (or a tick), and leave when no box has a deadline.
+/// How often the reaper collects the root's garbage (module `gc`).
+const GC_EVERY: Duration = Duration::from_secs(5);
+
+/// The reaper's loop: purge what has expired, refill the pools, sleep
+/// until the next deadline (or a tick), and leave when no box has a
+/// deadline.
 fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
-    let deadlines = || names(&root.join("sandbox-bundles")).iter().filter_map(|id| purge_at(root, id)).min();
+    let deadlines = || names(&root.join("sandbox-bundles")).iter().filter_map(|id| next_at(root, id)).min();
+    let mut collected = std::time::Instant::now();
+    let mut failed = crate::pool::Backoff::new();
     loop {
-        reap_expired(root);
+        if collected.elapsed() >= GC_EVERY {
+            crate::gc::collect(root);
+            collected = std::time::Instant::now();
+        } else {
+            reap_expired(root);
+        }
+        crate::pool::refill_all(root, &mut failed);
         let Some(next) = deadlines() else {
             // Leave; but a box launched while we looked saw our lock and
             // relies on us: look again once the lock is released.
@@ -212,12 +279,16 @@ mod tests {
         assert!(purge_at(root, "b").unwrap() <= now_ms(), "past its deadline");
         assert_eq!(remaining(root, "b"), Some(Duration::ZERO));
 
-        // Claimed by a run: not before the run's own deadline and the grace.
-        let claim = crate::pool::claim_file(root, "b");
-        std::fs::write(&claim, deadline_ms(Duration::from_secs(30)).to_string()).unwrap();
+        // Claimed by a live run: not before the run's own deadline and
+        // the grace.
+        let claim = root.join("sandbox").join("b").join("claimed");
+        let me = std::process::id();
+        let start = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let start = start.rsplit_once(')').unwrap().1.split_whitespace().nth(19).unwrap().to_string();
+        std::fs::write(&claim, format!("{} {me} {start}", deadline_ms(Duration::from_secs(30)))).unwrap();
         assert!(purge_at(root, "b").unwrap() >= now_ms() + 34_000);
-        // Claimed, deadline not written yet: soon, not now.
-        std::fs::write(&claim, "").unwrap();
-        assert!(purge_at(root, "b").unwrap() > now_ms());
+        // Claimed by a run that has died: now.
+        std::fs::write(&claim, format!("{} {me} 1", deadline_ms(Duration::from_secs(30)))).unwrap();
+        assert_eq!(purge_at(root, "b"), Some(0));
     }
 }

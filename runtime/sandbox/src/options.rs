@@ -84,8 +84,12 @@ pub struct SandboxOptions {
     /// the result lists.
     pub report_writes: Option<PathBuf>,
     /// `launch --lifetime`: how long a launched box lives before it is
-    /// terminated and purged (default: `timeout`).
+    /// terminated and purged (default: [`crate::DEFAULT_LIFETIME`]).
     pub lifetime: Option<Duration>,
+    /// `launch --idle-timeout`: a launched box that no command has touched
+    /// (exec, shell, cp, extend) for this long is terminated too; none if
+    /// `None`.
+    pub idle_timeout: Option<Duration>,
     /// `--cgroup-parent`: the cgroup each box's own cgroup is made under.
     pub cgroup_parent: String,
     /// `-i`: the command gets our stdin (otherwise /dev/null).
@@ -136,6 +140,7 @@ impl SandboxOptions {
             copy_limit: crate::copy::DEFAULT_COPY_LIMIT,
             report_writes: None,
             lifetime: None,
+            idle_timeout: None,
             cgroup_parent: DEFAULT_CGROUP_PARENT.to_string(),
             interactive: false,
         }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use nix::unistd::Pid;
 
+use super::boxlock::{self, BoxLock};
 use super::ids::Allocator;
 use super::options::SandboxOptions;
 use super::spec::{self, SANDBOX_UID};
@@ -18,7 +19,6 @@ use crate::error::{Error, Result};
 pub use crate::result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
 use tinyrun::{
     AgentCommand, AgentStdio, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError,
-    Status,
 };
 
 /// Where boxes' compiled seccomp programs are kept, one per profile: every
@@ -51,7 +51,7 @@ fn new_id(prefix: &str) -> Result<String> {
 
 /// Whether box `id` still exists: while its state or its bundle dir does,
 /// its range of host ids stays taken.
-fn box_exists(root: &Path) -> impl Fn(&str) -> bool + '_ {
+pub(crate) fn box_exists(root: &Path) -> impl Fn(&str) -> bool + '_ {
     move |id| {
         let (state, bundles) = (root.join("sandbox"), root.join("sandbox-bundles"));
         tinyrun::check_id(id).is_ok() && (state.join(id).exists() || bundles.join(id).exists())
@@ -78,7 +78,8 @@ fn provision(root: &Path, bundle: &Path, id: &str, opts: &SandboxOptions) -> Res
 
 /// Removes box `id` entirely: its state (killing what runs in it), its
 /// bundle and its host ids, in that order, each even if one before failed.
-fn remove_box(root: &Path, id: &str) -> Result<()> {
+/// The caller holds the box's lock.
+pub(crate) fn remove_box(root: &Path, id: &str, _held: &BoxLock) -> Result<()> {
     let deleted = dirs(root).0.delete(id, true).map_err(Error::from);
     deleted.and(remove_rest(root, id))
 }
@@ -102,11 +103,13 @@ fn remove_rest(root: &Path, id: &str) -> Result<()> {
 pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) -> Result<SandboxResult> {
     opts.validate()?;
     let (rt, bundles) = dirs(root);
-    collect_garbage(root);
+    crate::gc::collect(root);
     let id = new_id(ONE_SHOT)?;
     let bundle = bundles.join(&id);
     let started = Instant::now();
     let _signals = Interrupts::block()?;
+    // Held until the box is removed: the garbage collection leaves it.
+    let lock = boxlock::lock(root, &id)?;
     let result = (|| {
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, opts, cmd, host_id)?;
@@ -135,7 +138,7 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         writes_into(res, watch)
     })();
     let result = not_run_as_result(result, capture, started);
-    let cleanup = remove_box(root, &id);
+    let cleanup = remove_box(root, &id, &lock);
     match (result, cleanup) {
         (Ok(r), Ok(())) => Ok(r),
         (Err(e), _) => Err(e),
@@ -194,7 +197,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let Some(id) = super::pool::take_keyed(root, &key, opts.timeout)? else {
         let mut res = run(root, opts, cmd, capture)?;
         res.pool = Some(PoolUse::Miss);
-        super::pool::recycle_detached(root, opts, &key, None)?;
+        super::pool::recycle_detached(root, &key, None)?;
         return Ok(res);
     };
     let (rt, bundles) = dirs(root);
@@ -213,7 +216,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let result = not_run_as_result(result, capture, started).map(|r| SandboxResult { pool: Some(PoolUse::Hit), ..r });
     // Removing the used box and starting its replacement happen after the
     // caller has its answer: that is the point of a pool.
-    let recycled = super::pool::recycle_detached(root, opts, &key, Some(&id));
+    let recycled = super::pool::recycle_detached(root, &key, Some(&id));
     match (result, recycled) {
         (Ok(r), Ok(())) => Ok(r),
         (Err(e), _) => Err(e),
@@ -221,28 +224,14 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     }
 }
 
-/// One-shot sandboxes' ids start with this; a stopped one is garbage.
-const ONE_SHOT: &str = "run";
+/// One-shot sandboxes' ids start with this; a stopped one whose
+/// supervisor is gone is garbage (module `gc`).
+pub(crate) const ONE_SHOT: &str = "run";
 
-/// Removes one-shot sandboxes whose supervisor died (SIGKILL, a crash):
-/// their init went with it (PDEATHSIG), and this cleans what remains; then
-/// frees the host ids of every box that is gone. A failure here leaves
-/// garbage for the next run, never a looser box.
-fn collect_garbage(root: &Path) {
-    let (rt, _) = dirs(root);
-    if let Ok(all) = rt.list() {
-        for s in all.into_iter().filter(|s| s.id.starts_with(ONE_SHOT) && s.status == Status::Stopped) {
-            let _ = remove_box(root, &s.id);
-        }
-    }
-    crate::lifetime::reap_expired(root);
-    let _ = Allocator::new(root).collect(&box_exists(root));
-    let _ = super::net::collect(root, &box_exists(root));
-}
-
-/// Makes a persistent sandbox whose init idles until terminated or until
-/// its lifetime (`opts.lifetime`, default `opts.timeout`) ends; returns its
-/// id.
+/// Makes a persistent sandbox whose init idles until terminated, until
+/// its lifetime (`opts.lifetime`, default [`crate::DEFAULT_LIFETIME`])
+/// ends, or until no command has touched it for `opts.idle_timeout`;
+/// returns its id.
 ///
 /// # Preconditions
 /// The caller is single-threaded (it leaves a reaper: see `lifetime`).
@@ -256,6 +245,8 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
     // and reaps what those programs leave. It never execs its own program,
     // which must still be one the box has.
     let idle = ["/bin/sh".to_string()];
+    // Held until the box runs (or is removed again).
+    let lock = boxlock::lock(root, &id)?;
     let made = (|| -> Result<()> {
         let host_id = provision(root, &bundle, &id, opts)?;
         spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle, host_id)?;
@@ -275,14 +266,17 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
             ..Default::default()
         };
         // Written before the box runs: a box that exists always has one.
-        crate::lifetime::set(root, &id, opts.lifetime.unwrap_or(opts.timeout))?;
+        crate::lifetime::set(root, &id, opts.lifetime.unwrap_or(crate::DEFAULT_LIFETIME))?;
+        if let Some(t) = opts.idle_timeout {
+            crate::idle::set(root, &id, t)?;
+        }
         let mut c = rt.create(&id, &create)?;
         egress(root, &id, c.pid(), opts)?;
         c.start()?;
         crate::lifetime::ensure_reaper(root)
     })();
     if let Err(e) = made {
-        return Err(match remove_box(root, &id) {
+        return Err(match remove_box(root, &id, &lock) {
             Ok(()) | Err(Error::Runtime(RuntimeError::NotFound(_))) => e,
             Err(cleanup) => Error::WithCleanup { error: Box::new(e), cleanup: Box::new(cleanup) },
         });
@@ -311,17 +305,30 @@ pub struct ExecRequest {
     pub report_writes: Option<PathBuf>,
 }
 
-/// The runtime holding box `id` and the lifetime the box has left, unless
-/// that has ended (then the box is purged, and the error says so). Whether
-/// the box exists is left to what comes next.
-fn live_box(root: &Path, id: &str) -> Result<(Runtime, Option<Duration>)> {
+/// The runtime holding box `id`, the lifetime the box has left, and the
+/// box touched for as long as the caller keeps the last (module `idle`);
+/// unless the box has expired (then it is purged, and the error says
+/// when). Whether the box exists is otherwise left to what comes next.
+pub(crate) fn live_box(root: &Path, id: &str) -> Result<(Runtime, Option<Duration>, crate::idle::Touch)> {
     tinyrun::check_id(id)?;
     let left = crate::lifetime::remaining(root, id);
     if left.is_some_and(|d| d.is_zero()) {
         crate::lifetime::reap_expired(root);
-        return Err(Error::InvalidState(format!("sandbox {id} has reached the end of its lifetime and is removed")));
+        let ended = || Error::InvalidState(format!("sandbox {id} has reached the end of its lifetime"));
+        return Err(crate::tombstone::expired(root, id).unwrap_or_else(ended));
     }
-    Ok((dirs(root).0, left))
+    let touch = crate::idle::touch(root, id)?;
+    // Gone, maybe while we waited for the box's end to be over: say why.
+    if !root.join("sandbox").join(id).exists() {
+        return Err(gone(root, id));
+    }
+    Ok((dirs(root).0, left, touch))
+}
+
+/// The error for box `id`, which does not exist: when it expired, if it
+/// did lately, else that it does not exist.
+pub(crate) fn gone(root: &Path, id: &str) -> Error {
+    crate::tombstone::expired(root, id).unwrap_or_else(|| RuntimeError::NotFound(id.to_string()).into())
 }
 
 fn box_process(
@@ -354,7 +361,7 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     if let Some(e) = req.env.iter().find_map(|e| tinyrun::check_env(e).err()) {
         return Err(Error::InvalidArgument(format!("--env: {e}: use NAME=VALUE")));
     }
-    let (rt, lifetime) = live_box(root, id)?;
+    let (rt, lifetime, _touch) = live_box(root, id)?;
     let started = Instant::now();
     let limit = match (req.timeout, lifetime) {
         (Some(t), Some(l)) => Some(t.min(l)),
@@ -441,7 +448,8 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio)
 
 /// An interactive shell in sandbox `id`, on a terminal; returns its status.
 pub fn shell(root: &Path, id: &str) -> Result<i32> {
-    let c = live_box(root, id)?.0.load(id)?;
+    let (rt, _, _touch) = live_box(root, id)?;
+    let c = rt.load(id)?;
     let process = box_process(&c, &["/bin/sh".to_string()], &[], true)?;
     Ok(c.exec(&ExecOptions {
         process,
@@ -459,11 +467,29 @@ pub fn shell(root: &Path, id: &str) -> Result<i32> {
 pub fn terminate(root: &Path, id: &str) -> Result<()> {
     let (rt, _) = dirs(root);
     tinyrun::check_id(id)?;
-    rt.delete(id, false).or_else(|e| match e {
+    let (_lock, waited) = match boxlock::try_lock(root, id)? {
+        Some(l) => (l, false),
+        None => {
+            // Held by its maker (a one-shot run, a launch under way): end
+            // what runs in it, and the maker removes it as any box that
+            // ends; or by another removal.
+            if let Ok(c) = rt.load(id) {
+                let _ = c.kill(nix::sys::signal::Signal::SIGKILL as i32, true);
+            }
+            (boxlock::lock(root, id)?, true)
+        }
+    };
+    let deleted = rt.delete(id, false).or_else(|e| match e {
         RuntimeError::InvalidState(_) => rt.delete(id, true),
         e => Err(e),
-    })?;
-    remove_rest(root, id)
+    });
+    match deleted {
+        Ok(()) => remove_rest(root, id),
+        // Removed by the one we waited for: done.
+        Err(RuntimeError::NotFound(_)) if waited => Ok(()),
+        Err(RuntimeError::NotFound(_)) => Err(gone(root, id)),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The sandboxes that exist now.

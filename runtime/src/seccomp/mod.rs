@@ -32,6 +32,10 @@
 //! (no file, another profile, a short or odd file, a profile with
 //! `SCMP_ACT_NOTIFY`) compiles afresh. The state directory is the
 //! runtime's own (root's, 0711), trusted like the config snapshot itself.
+//! A program is only as good as the code that compiled it, so every cache
+//! file starts with the build that wrote it ([`cache_header`]: tinyrun's
+//! version and build id, libseccomp's version); a file of another build
+//! is never used, and without a build id nothing is cached.
 //!
 //! Where init loads the filter (runc's order): with `noNewPrivileges` false,
 //! just before the user and capability switch, while it still holds
@@ -168,9 +172,9 @@ impl Filter {
     /// holds the program of this very profile, else compiled.
     pub(crate) fn from_spec_cached(spec: &Spec, cache: &std::path::Path) -> Result<Option<Filter>> {
         let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else { return Ok(None) };
-        let cached = serde_json::to_vec(s).ok().and_then(|profile| {
+        let cached = cache_header().zip(serde_json::to_vec(s).ok()).and_then(|(header, profile)| {
             let bytes = std::fs::read(cache).ok()?;
-            Filter::from_cache(&bytes, &profile)
+            Filter::from_cache(&bytes, header, &profile)
         });
         match cached {
             Some(f) => Ok(Some(f)),
@@ -184,15 +188,20 @@ impl Filter {
     /// the caller's own, or that others can write, is not used.
     pub(crate) fn from_shared_cache(spec: &Spec, dir: &std::path::Path) -> Result<Option<Filter>> {
         let Some(s) = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref()) else { return Ok(None) };
-        let Ok(profile) = serde_json::to_vec(s) else { return Filter::compile(s).map(Some) };
-        let Some(path) = shared_path(&profile, dir) else { return Filter::compile(s).map(Some) };
-        if let Some(mut f) = std::fs::read(&path).ok().and_then(|bytes| Filter::from_cache(&bytes, &profile)) {
+        let (Some(header), Ok(profile)) = (cache_header(), serde_json::to_vec(s)) else {
+            return Filter::compile(s).map(Some);
+        };
+        let Some(path) = shared_path(header, &profile, dir) else { return Filter::compile(s).map(Some) };
+        if let Some(mut f) = std::fs::read(&path).ok().and_then(|bytes| Filter::from_cache(&bytes, header, &profile)) {
             f.shared = Some(path);
             return Ok(Some(f));
         }
         let mut f = Filter::compile(s)?;
-        if f.listener.is_none() && crate::state::write_atomic(&path, &f.cache_bytes(&profile), 0o600).is_ok() {
+        if f.listener.is_none() && crate::state::write_atomic(&path, &f.cache_bytes(header, &profile), 0o600).is_ok() {
             f.shared = Some(path);
+            // A miss is rare (a new profile or a new build): the time to
+            // drop what older builds left, which nothing will read again.
+            prune_other_builds(dir, header);
         }
         Ok(Some(f))
     }
@@ -211,16 +220,17 @@ impl Filter {
         if self.shared.as_ref().is_some_and(|src| std::fs::hard_link(src, cache).is_ok()) {
             return;
         }
-        if let Ok(profile) = serde_json::to_vec(s) {
-            let _ = crate::state::write_atomic(cache, &self.cache_bytes(&profile), 0o600);
+        if let (Some(header), Ok(profile)) = (cache_header(), serde_json::to_vec(s)) {
+            let _ = crate::state::write_atomic(cache, &self.cache_bytes(header, &profile), 0o600);
         }
     }
 
-    /// The cache file: a magic line, the profile's length (u64) and JSON,
-    /// the flags (u32), then the program, all in native byte order.
-    fn cache_bytes(&self, profile: &[u8]) -> Vec<u8> {
-        let mut b = Vec::with_capacity(CACHE_MAGIC.len() + 12 + profile.len() + self.program.len() * 8);
-        b.extend_from_slice(CACHE_MAGIC);
+    /// The cache file: the header line ([`cache_header`]), the profile's
+    /// length (u64) and JSON, the flags (u32), then the program, all in
+    /// native byte order.
+    fn cache_bytes(&self, header: &[u8], profile: &[u8]) -> Vec<u8> {
+        let mut b = Vec::with_capacity(header.len() + 12 + profile.len() + self.program.len() * 8);
+        b.extend_from_slice(header);
         b.extend_from_slice(&(profile.len() as u64).to_ne_bytes());
         b.extend_from_slice(profile);
         b.extend_from_slice(&self.flags.to_ne_bytes());
@@ -232,10 +242,10 @@ impl Filter {
         b
     }
 
-    /// The filter in a cache file, if the file was made from `profile`
-    /// and is whole.
-    fn from_cache(bytes: &[u8], profile: &[u8]) -> Option<Filter> {
-        let rest = bytes.strip_prefix(CACHE_MAGIC)?;
+    /// The filter in a cache file, if the file was made from `profile` by
+    /// the build `header` names, and is whole.
+    fn from_cache(bytes: &[u8], header: &[u8], profile: &[u8]) -> Option<Filter> {
+        let rest = bytes.strip_prefix(header)?;
         let (len, rest) = rest.split_first_chunk::<8>()?;
         let len = usize::try_from(u64::from_ne_bytes(*len)).ok()?;
         let (theirs, rest) = rest.split_at_checked(len)?;
@@ -277,10 +287,12 @@ impl Filter {
     }
 }
 
-/// Where profile `s` is kept in the shared cache `dir` (made 0700 if
-/// missing), or None if `dir` is not fit to trust: not a directory of the
-/// caller's, or writable by group or others.
-fn shared_path(profile: &[u8], dir: &std::path::Path) -> Option<std::path::PathBuf> {
+/// Where profile `s` compiled by the build `header` names is kept in the
+/// shared cache `dir` (made 0700 if missing), or None if `dir` is not fit
+/// to trust: not a directory of the caller's, or writable by group or
+/// others. Each build has its own files, so two builds sharing a root do
+/// not replace each other's.
+fn shared_path(header: &[u8], profile: &[u8], dir: &std::path::Path) -> Option<std::path::PathBuf> {
     use std::hash::{Hash, Hasher};
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
@@ -291,12 +303,51 @@ fn shared_path(profile: &[u8], dir: &std::path::Path) -> Option<std::path::PathB
     // The name only spreads profiles over files; a hit is checked against
     // the whole profile kept in the file.
     let mut h = std::hash::DefaultHasher::new();
+    header.hash(&mut h);
     profile.hash(&mut h);
     Some(dir.join(format!("{:016x}.bpf", h.finish())))
 }
 
-/// The first bytes of a cache file; a new layout gets a new number.
-const CACHE_MAGIC: &[u8] = b"tinyrun-seccomp-cache 1\n";
+/// How every cache file starts, whatever build wrote it; a new layout gets
+/// a new number.
+const CACHE_MAGIC: &str = "tinyrun-seccomp-cache 2";
+
+/// The first line of a cache file written by this build, or None when the
+/// build can't be told apart from another (no build id; no libseccomp
+/// version): then nothing is cached.
+fn cache_header() -> Option<&'static [u8]> {
+    static HEADER: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+    HEADER
+        .get_or_init(|| Some(header_for(env!("CARGO_PKG_VERSION"), &crate::sys::build_id()?, &libseccomp_version()?)))
+        .as_deref()
+}
+
+/// The header line of tinyrun `version` with linker build id `build_id`,
+/// linked with libseccomp `libseccomp`: everything that decides which
+/// program a profile compiles to, besides the profile.
+fn header_for(version: &str, build_id: &[u8], libseccomp: &str) -> Vec<u8> {
+    let id: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{CACHE_MAGIC} tinyrun {version} build {id} libseccomp {libseccomp}\n").into_bytes()
+}
+
+/// Removes the cache files of `dir` that another build (or layout) wrote.
+/// Best effort: a file left is only never read.
+fn prune_other_builds(dir: &std::path::Path, header: &[u8]) {
+    use std::io::Read;
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for path in entries.filter_map(|e| Some(e.ok()?.path())) {
+        if path.extension().is_none_or(|x| x != "bpf") {
+            continue;
+        }
+        let mut start = vec![0u8; header.len()];
+        let Ok(n) = std::fs::File::open(&path).and_then(|mut f| f.read(&mut start)) else { continue };
+        // Only files of ours (any layout, any build) that are not this
+        // build's.
+        if start[..n].starts_with(b"tinyrun-seccomp-cache ") && start[..n] != *header {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
 
 /// The version of the libseccomp linked in, e.g. `2.5.4`.
 pub fn libseccomp_version() -> Option<String> {

@@ -256,8 +256,9 @@ fn the_cache_gives_back_the_same_program_only_for_the_same_profile() {
         "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]}));
     let f = Filter::compile(&p).unwrap();
     let json = serde_json::to_vec(&p).unwrap();
-    let bytes = f.cache_bytes(&json);
-    let back = Filter::from_cache(&bytes, &json).expect("a whole file of this profile is used");
+    let header = cache_header().expect("this build has a build id and a libseccomp version");
+    let bytes = f.cache_bytes(header, &json);
+    let back = Filter::from_cache(&bytes, header, &json).expect("a whole file of this profile is used");
     let insns = |f: &Filter| f.program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect::<Vec<_>>();
     assert_eq!(insns(&back), insns(&f));
     assert_eq!(back.flags, f.flags);
@@ -265,10 +266,63 @@ fn the_cache_gives_back_the_same_program_only_for_the_same_profile() {
     let other = serde_json::to_vec(&profile(json!({"defaultAction": "SCMP_ACT_ALLOW",
         "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]})))
     .unwrap();
-    assert!(Filter::from_cache(&bytes, &other).is_none());
-    assert!(Filter::from_cache(&bytes[..bytes.len() - 3], &json).is_none());
-    assert!(Filter::from_cache(&bytes[..CACHE_MAGIC.len() + 8 + json.len() + 4], &json).is_none());
-    assert!(Filter::from_cache(&bytes[1..], &json).is_none());
+    assert!(Filter::from_cache(&bytes, header, &other).is_none());
+    assert!(Filter::from_cache(&bytes[..bytes.len() - 3], header, &json).is_none());
+    assert!(Filter::from_cache(&bytes[..header.len() + 8 + json.len() + 4], header, &json).is_none());
+    assert!(Filter::from_cache(&bytes[1..], header, &json).is_none());
+}
+
+/// A program compiled by another tinyrun build or another libseccomp is
+/// never taken from the cache, and is removed from the shared cache by the
+/// next miss.
+#[test]
+fn the_cache_key_holds_the_build_and_libseccomp() {
+    let header = cache_header().expect("this build has a build id and a libseccomp version");
+    let text = String::from_utf8(header.to_vec()).unwrap();
+    let id: String = crate::sys::build_id().unwrap().iter().map(|b| format!("{b:02x}")).collect();
+    let lib = libseccomp_version().unwrap();
+    assert!(text.contains(env!("CARGO_PKG_VERSION")) && text.contains(&id) && text.contains(&lib), "{text}");
+    let builds = [
+        header_for(env!("CARGO_PKG_VERSION"), &[0xaa; 20], &lib),
+        header_for(env!("CARGO_PKG_VERSION"), &crate::sys::build_id().unwrap(), "2.0.0"),
+        header_for("0.0.1", &crate::sys::build_id().unwrap(), &lib),
+    ];
+    for other in &builds {
+        assert_ne!(other.as_slice(), header, "another build, the same key");
+    }
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let spec: Spec = serde_json::from_value(json!({"ociVersion": "1.1.0", "linux": {"seccomp": {
+        "defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["kill"], "action": "SCMP_ACT_ERRNO"}]}}}))
+    .unwrap();
+    let s = spec.linux().as_ref().unwrap().seccomp().as_ref().unwrap();
+    let profile = serde_json::to_vec(s).unwrap();
+    // An allow-all program that an older build "compiled" for this very
+    // profile, at the place this build would look if names ignored builds,
+    // and in a container's own cache file.
+    let stale = Filter {
+        program: vec![libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x7fff_0000 }],
+        flags: 0,
+        listener: None,
+        shared: None,
+    };
+    std::fs::create_dir(&dir).unwrap();
+    let old_file = dir.join("0123456789abcdef.bpf");
+    std::fs::write(&old_file, stale.cache_bytes(&builds[0], &profile)).unwrap();
+    std::fs::write(shared_path(&builds[0], &profile, &dir).unwrap(), stale.cache_bytes(&builds[0], &profile)).unwrap();
+    let own = tmp.path().join("seccomp.bpf");
+    std::fs::write(&own, stale.cache_bytes(&builds[1], &profile)).unwrap();
+    assert_ne!(shared_path(&builds[0], &profile, &dir), shared_path(header, &profile, &dir));
+
+    let insns = |f: &Filter| f.program.iter().map(|i| (i.code, i.jt, i.jf, i.k)).collect::<Vec<_>>();
+    let fresh = Filter::compile(s).unwrap();
+    let shared = Filter::from_shared_cache(&spec, &dir).unwrap().unwrap();
+    assert_eq!(insns(&shared), insns(&fresh), "a program of another build was taken from the shared cache");
+    let exec = Filter::from_spec_cached(&spec, &own).unwrap().unwrap();
+    assert_eq!(insns(&exec), insns(&fresh), "a program of another build was taken from a container's cache");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(left, [shared_path(header, &profile, &dir).unwrap()], "the miss removed the other builds' files");
 }
 
 #[test]
@@ -308,7 +362,8 @@ fn the_shared_cache_is_filled_once_and_refused_when_others_can_write_it() {
         listener: None,
         shared: None,
     };
-    std::fs::write(&files[0], allow_all.cache_bytes(&serde_json::to_vec(s).unwrap())).unwrap();
+    let header = cache_header().unwrap();
+    std::fs::write(&files[0], allow_all.cache_bytes(header, &serde_json::to_vec(s).unwrap())).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let f = Filter::from_shared_cache(&spec, &dir).unwrap().unwrap();
     assert_eq!(insns(&f), insns(&first), "a program from a world-writable cache was used");

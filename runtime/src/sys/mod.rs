@@ -5,10 +5,12 @@
 //! what `nix` lacks (clone3, openat2, close_range, pidfd_open, setdomainname).
 #![allow(unsafe_code)]
 
+mod build_id;
 pub(crate) mod fs;
 mod sched;
 pub(crate) mod seccomp;
 
+pub(crate) use build_id::build_id;
 pub(crate) use sched::{ioprio_set, sched_setattr, set_mempolicy, set_personality, SchedAttr};
 
 use std::ffi::CStr;
