@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod boxfs;
 mod copy;
 mod error;
 mod ids;
@@ -34,7 +35,7 @@ mod writes;
 #[cfg(test)]
 mod tests;
 
-pub use copy::{cp, CopyIn, DEFAULT_COPY_LIMIT};
+pub use copy::{cp, CopyIn, CpOptions, DEFAULT_COPY_LIMIT};
 pub use error::{Error, Result};
 pub use ids::IdRange;
 pub use net::{parse_dns, AllowHost, Cidr, Egress};
