@@ -246,6 +246,17 @@ large   2G      4      512     120s  512M",
                  that directory is the root.",
             ),
             Block::P(
+                "Copies (--copy-in, sandbox cp) reach any absolute path in the box but those under the host's \
+                 read-only binds (/usr, /bin, /sbin, /lib*, the /etc entries above), /proc, /sys and /dev, \
+                 which are refused; missing directories on the way are made, owned by the box's user. What is \
+                 copied outside /work and /tmp goes into the box's root: with the default root that is the \
+                 skeleton, read-only in the box (so a copied /app can be run but not written, unless \
+                 --writable-root), though a copy into a launched box shows up in it at once; with --image it \
+                 is the overlay, writable; with --rootfs or --bundle the root is the caller's directory, and \
+                 copies only read it. Directories are treated as docker cp treats them, both ways (see \
+                 tinyrun-sandbox-cp(8)).",
+            ),
+            Block::P(
                 "The command runs as uid and gid 1000 (sandbox) in the box's own user namespace, where ids \
                  0..65535 map to a range of 65536 unprivileged host ids of its own (see Host ids above).",
             ),
@@ -385,6 +396,19 @@ const PAGES: &[Page] = &[
             ("tinyrun sandbox exec \"$id\" -- pip install --user x", "use it"),
             ("tinyrun sandbox terminate \"$id\"", "remove it and every trace of it now"),
             ("tinyrun sandbox pool fill 4 && tinyrun sandbox run --pool --json -- true", "a warm pool"),
+        ],
+    ),
+    (
+        &["tinyrun-sandbox-cp"],
+        SANDBOX_ZERO_OR_125,
+        &[
+            (
+                "tinyrun sandbox cp ./app \"$id\":/app",
+                "make the box's /app a copy of ./app (into /app/app if it exists)",
+            ),
+            ("tinyrun sandbox cp ./app/. \"$id\":/app", "copy ./app's entries into /app"),
+            ("tinyrun sandbox cp \"$id\":/work/out ./results/", "copy the box's /work/out into ./results"),
+            ("tinyrun sandbox cp -L \"$id\":/work/latest ./latest", "a symlink: what it names in the box"),
         ],
     ),
     (

@@ -158,6 +158,30 @@ impl Tree {
         self.open_in(path, OFlag::O_PATH)
     }
 
+    /// What directory `dir` (an fd of one inside the root) is inside of:
+    /// the [`FileId`]s of `dir` and of each directory above it, up to and
+    /// without the root. Walked with `..` from the fd, never by path; an
+    /// error if the walk never meets the root (`dir` was moved out of it).
+    pub fn ancestry(&self, dir: &impl AsFd) -> Result<Vec<FileId>, SysError> {
+        let fail = |e| SysError::new("walk up from", self.describe(Path::new("")), e);
+        let root = file_id(&nix::sys::stat::fstat(self.fd.as_raw_fd()).map_err(fail)?);
+        let mut cur = open_at(dir, OsStr::new("."), OFlag::O_PATH | OFlag::O_DIRECTORY, 0).map_err(fail)?;
+        let mut out = Vec::new();
+        loop {
+            let id = file_id(&nix::sys::stat::fstat(cur.as_raw_fd()).map_err(fail)?);
+            if id == root {
+                return Ok(out);
+            }
+            // `/` is its own parent: the root was not on the way.
+            if out.last() == Some(&id) || out.len() > 4096 {
+                return Err(fail(Errno::EXDEV));
+            }
+            out.push(id);
+            cur = open_at(&cur, OsStr::new(".."), OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW, 0)
+                .map_err(fail)?;
+        }
+    }
+
     /// The host-side spelling of an in-root path, for error messages only.
     pub fn describe(&self, path: &Path) -> String {
         let rel = path.strip_prefix("/").unwrap_or(path);
@@ -208,6 +232,14 @@ pub fn open_at(dir: &impl AsFd, name: &OsStr, flags: OFlag, mode: u32) -> Result
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`.
 pub fn lstat_at(dir: &impl AsFd, name: &OsStr) -> Result<FileStat, Errno> {
     nix::sys::stat::fstatat(Some(dir.as_fd().as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+}
+
+/// Which file a stat is of: its device and inode.
+pub type FileId = (u64, u64);
+
+/// The [`FileId`] of a stat.
+pub fn file_id(st: &FileStat) -> FileId {
+    (st.st_dev, st.st_ino)
 }
 
 /// The file type bits of a stat.
@@ -360,6 +392,23 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(t.path().join("a/b")).unwrap();
         assert_eq!((m.uid(), m.gid()), me);
+    }
+
+    #[test]
+    fn ancestry_names_what_a_directory_is_inside_of() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("a/b")).unwrap();
+        std::os::unix::fs::symlink("a/b", t.path().join("l")).unwrap();
+        let tree = Tree::open(t.path()).unwrap();
+        let id = |p: &str| file_id(&nix::sys::stat::stat(&t.path().join(p)).unwrap());
+        // Reached through a symlink, the directory is still inside a/.
+        let b = tree.dir(Path::new("/l")).unwrap();
+        assert_eq!(tree.ancestry(&b).unwrap(), vec![id("a/b"), id("a")]);
+        assert_eq!(tree.ancestry(&tree.dir(Path::new("/")).unwrap()).unwrap(), vec![]);
+        // A directory outside the root never meets it.
+        let other = tempfile::tempdir().unwrap();
+        let outside = open_path(other.path(), OFlag::O_PATH | OFlag::O_DIRECTORY).unwrap();
+        assert_eq!(tree.ancestry(&outside).unwrap_err().errno, Errno::EXDEV);
     }
 
     #[test]

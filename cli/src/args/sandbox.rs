@@ -22,10 +22,16 @@ pub(crate) enum SandboxCommand {
     Extend(SandboxExtendArgs),
     /// copy files into or out of a persistent sandbox: cp HOSTPATH ID:/BOXPATH, or cp ID:/BOXPATH HOSTPATH
     ///
-    /// Box paths are resolved inside the box (a symlink the box planted can't lead to the host); a symlink is
-    /// copied as a symlink, never followed, and copying in replaces whatever the box has at the path. Without
-    /// --image only /work and /tmp can be copied. An existing directory at the destination takes a file under its
-    /// name, or a directory's contents.
+    /// As docker cp, both ways: into an existing directory DEST, SRC goes as DEST/basename(SRC), or, when SRC ends
+    /// with /., SRC's entries go into DEST; a missing DEST is made as a copy of SRC (of a directory's entries); a
+    /// file SRC replaces a file DEST, and a directory SRC over anything but a directory is an error. Missing
+    /// parents of DEST are made in the box, owned by its user, but not on the host. Any absolute box path can be
+    /// copied but those under the host's read-only directories and files (/usr, /lib*, the few /etc entries),
+    /// /proc, /sys and /dev; box paths are resolved inside the box. Below SRC and DEST nothing is followed: copying
+    /// in, a symlink is copied as it is; copying out, a symlink that leads out of what is copied is refused, as its
+    /// copy would name a path on the host, unless -L follows it inside the box; a symlink at DEST in the box is
+    /// replaced, not written through. Fifos, sockets and devices inside a directory are left out. A copy is made
+    /// whole under a temporary name before it is moved into place, so one that fails leaves nothing behind.
     Cp(SandboxCpArgs),
     /// list sandboxes
     List(SandboxListArgs),
@@ -165,8 +171,8 @@ pub(crate) struct SandboxRunArgs {
 
 #[derive(Debug, Clone, Args)]
 pub(crate) struct SandboxFilesArgs {
-    /// put host file or directory SRC at box path DST before the command runs, owned by the box's user
-    /// (repeatable)
+    /// copy host file or directory SRC to box path DST before the command runs, owned by the box's user, as sandbox
+    /// cp does (repeatable)
     #[arg(long, value_name = "SRC:DST")]
     pub copy_in: Vec<String>,
     /// the cap on the bytes copied (all --copy-in together, or one cp), e.g. 100M (default 1G)
@@ -195,6 +201,10 @@ pub(crate) struct SandboxCpArgs {
     /// the cap on the bytes copied, e.g. 100M (default 1G)
     #[arg(long, value_name = "SIZE")]
     pub copy_limit: Option<String>,
+    /// copying out, follow a symlink that leads out of what is copied (SRC itself, or one inside it) inside the box,
+    /// and copy what it names there
+    #[arg(short = 'L', long)]
+    pub follow_link: bool,
     /// what to copy: a host path, or ID:/PATH in a sandbox
     pub src: String,
     /// where to: ID:/PATH in a sandbox, or a host path

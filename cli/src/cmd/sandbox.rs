@@ -82,7 +82,7 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         }
         SandboxCommand::Cp(a) => {
             let limit = a.copy_limit.as_deref().map(parse_size).transpose()?.unwrap_or(sandbox::DEFAULT_COPY_LIMIT);
-            sandbox::cp(root, &a.src, &a.dst, limit)?;
+            sandbox::cp(root, &a.src, &a.dst, &sandbox::CpOptions { limit, follow_links: a.follow_link })?;
             Ok(0)
         }
         SandboxCommand::Exec(a) => {

@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+mod boxfs;
 mod boxlock;
 mod copy;
 mod error;
@@ -39,7 +40,7 @@ mod writes;
 #[cfg(test)]
 mod tests;
 
-pub use copy::{cp, CopyIn, DEFAULT_COPY_LIMIT};
+pub use copy::{cp, CopyIn, CpOptions, DEFAULT_COPY_LIMIT};
 pub use error::{Error, Result};
 pub use ids::IdRange;
 pub use lifetime::{extend, DEFAULT_IDLE_TIMEOUT, DEFAULT_LIFETIME};

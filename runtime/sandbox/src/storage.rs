@@ -256,43 +256,6 @@ fn unescape(field: &str) -> PathBuf {
     PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
-/// A launched box's files as the runtime reaches them.
-pub(crate) struct BoxFs {
-    /// The box's writable world: its overlay root with an image, else its
-    /// scratch tmpfs (where /work and /tmp are `work` and `tmp`).
-    pub(crate) tree: Tree,
-    /// The host ids of the box's user.
-    pub(crate) user: (u32, u32),
-    /// The tree is the box's whole root (an image's overlay), not only
-    /// its /work and /tmp.
-    pub(crate) whole_root: bool,
-}
-
-/// The files of the box whose bundle dir is `dir`.
-pub(crate) fn open_box(dir: &Path) -> Result<BoxFs> {
-    let scratch = dir.join(SCRATCH);
-    if !scratch.is_dir() {
-        return Err(Error::InvalidState(format!("{} has no sandbox storage", dir.display())));
-    }
-    let whole_root = scratch.join(UPPER).is_dir();
-    let tree = Tree::open_one_mount(&if whole_root { dir.join("rootfs") } else { scratch })?;
-    let base = host_base(dir)?;
-    Ok(BoxFs { tree, user: (base + SANDBOX_UID, base + SANDBOX_UID), whole_root })
-}
-
-/// The first host id of the box whose bundle dir is `dir`, from the
-/// config.json the runtime wrote there.
-pub(crate) fn host_base(dir: &Path) -> Result<u32> {
-    let path = dir.join("config.json");
-    let text = std::fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
-    let v: serde_json::Value =
-        serde_json::from_slice(&text).map_err(|e| Error::InvalidSpec(format!("{}: {e}", path.display())))?;
-    v.pointer("/linux/uidMappings/0/hostID")
-        .and_then(serde_json::Value::as_u64)
-        .and_then(|b| u32::try_from(b).ok())
-        .ok_or_else(|| Error::InvalidSpec(format!("{}: no uid mapping", path.display())))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! `--report-writes DIR`: the files a command wrote under a box directory,
 //! found by scanning it before the command starts and after it ends, on
-//! the box's storage as the host sees it (module `storage`). Runs in the
+//! the box's files as the host sees them (module `boxfs`). Runs in the
 //! runtime process. A file counts as written when it is new or its inode,
 //! size or change time differ (a box can set a file's mtime back, not its
 //! ctime). The walk never follows a symlink, and is capped.
@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use nix::sys::stat::SFlag;
 use serde::Serialize;
 
+use crate::boxfs::BoxFs;
 use crate::error::{Error, Result};
-use crate::storage::{self, BoxFs};
 use tinyrun::tree;
 
 /// Most entries scanned, and most files listed.
@@ -68,9 +68,11 @@ pub(crate) struct Watch {
 
 /// Starts watching `dir` of the box whose bundle dir is `bundle`.
 pub(crate) fn watch(bundle: &Path, dir: &Path) -> Result<Watch> {
-    let fs = storage::open_box(bundle)?;
-    fs.check(dir).map_err(|e| Error::InvalidArgument(format!("--report-writes: {e}")))?;
-    let before = scan(&fs, dir)?;
+    let fs = BoxFs::open(bundle)?;
+    let before = scan(&fs, dir).map_err(|e| match e {
+        Error::Copy(e) => Error::InvalidArgument(format!("--report-writes: {e}")),
+        e => e,
+    })?;
     Ok(Watch { fs, dir: dir.to_path_buf(), before })
 }
 
@@ -96,12 +98,18 @@ impl Watch {
 
 fn scan(fs: &BoxFs, dir: &Path) -> Result<Scan> {
     let mut s = Scan::default();
-    let fd = match fs.tree.dir(dir).map_err(|e| e.errno) {
-        Ok(fd) => fd,
-        // Not there (yet): nothing in it.
-        Err(nix::errno::Errno::ENOENT) => return Ok(s),
-        Err(e) => return Err(Error::io("--report-writes: open in the box", dir, e.into())),
+    let r = fs.reach(dir, false)?;
+    let fd = match &r.name {
+        _ if !r.missing.is_empty() => return Ok(s),
+        None => r.dir,
+        Some(name) => match tree::subdir(&r.dir, name) {
+            Ok(fd) => fd,
+            // Not there (yet): nothing in it.
+            Err(nix::errno::Errno::ENOENT) => return Ok(s),
+            Err(e) => return Err(Error::io("--report-writes: open in the box", dir, e.into())),
+        },
     };
+    fs.admit(r.region, &fd, dir)?;
     walk(&fd, Path::new(""), 0, &mut s);
     Ok(s)
 }
