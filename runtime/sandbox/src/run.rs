@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 
 use super::ids::Allocator;
 use super::options::SandboxOptions;
-use super::spec::{self, SANDBOX_UID};
+use super::spec;
 use super::wait::{finish, Capture, Child, Interrupts, Scope};
 use crate::error::{Error, Result};
 pub use crate::result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
@@ -107,7 +107,7 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
     let _signals = Interrupts::block()?;
     let result = (|| {
         let host_id = provision(root, &bundle, &id, opts)?;
-        spec::write_bundle(&bundle, &id, opts, cmd, host_id)?;
+        spec::write_bundle(&bundle, &id, opts, spec::Program::Command(cmd), host_id)?;
         let watch = files_in(&bundle, opts)?;
         let mut io = Capture::new(capture)?;
         let stdio = io.stdio();
@@ -190,6 +190,8 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     opts.validate()?;
     // Computed once: it builds the box's whole spec.
     let key = super::pool::key(opts)?;
+    // What a fresh box would run: with an image, its Entrypoint and Cmd.
+    let pooled_cmd = spec::command(opts, cmd)?;
     let Some(id) = super::pool::take_keyed(root, &key, opts.timeout)? else {
         let mut res = run(root, opts, cmd, capture)?;
         res.pool = Some(PoolUse::Miss);
@@ -202,7 +204,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     let result = (|| {
         let watch = files_in(&bundles.join(&id), opts)?;
         let mut io = Capture::new(capture)?;
-        let child = spawn_in(&rt, &id, cmd, &opts.env, io.stdio())?;
+        let child = spawn_in(&rt, &id, &pooled_cmd, &opts.env, io.stdio())?;
         let (out_r, err_r) = io.readers();
         let res = finish(&rt, &id, child, started, started + opts.timeout, out_r, err_r, opts.output_cap, Scope::Box)?;
         writes_into(res, watch)
@@ -255,7 +257,8 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
     let idle = ["/bin/sh".to_string()];
     let made = (|| -> Result<()> {
         let host_id = provision(root, &bundle, &id, opts)?;
-        spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle, host_id)?;
+        let forever = SandboxOptions { timeout: Duration::MAX, ..opts.clone() };
+        spec::write_bundle(&bundle, &id, &forever, spec::Program::Exactly(&idle), host_id)?;
         super::copy::copy_ins(&bundle, &opts.copy_in, opts.copy_limit)?;
         let null = Path::new("/dev/null");
         let devnull =
@@ -320,15 +323,9 @@ fn box_process(
     env: &[String],
     tty: bool,
 ) -> Result<tinyrun::oci_spec::runtime::Process> {
-    let mut p = c.exec_process(&ProcessOverrides {
-        args: cmd.to_vec(),
-        env: env.to_vec(),
-        tty,
-        user: Some((SANDBOX_UID, Some(SANDBOX_UID))),
-        ..Default::default()
-    })?;
-    p.set_cwd("/work".into());
-    Ok(p)
+    // The box's own user and working directory (its image's, or the
+    // sandbox's user in /work), as `docker exec` keeps them.
+    Ok(c.exec_process(&ProcessOverrides { args: cmd.to_vec(), env: env.to_vec(), tty, ..Default::default() })?)
 }
 
 /// Runs `cmd` in sandbox `id` (its files persist between calls) until it
@@ -364,11 +361,11 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     not_run_as_result(result, req.capture, started)
 }
 
-/// Starts `cmd` in launched box `id`, as its user in /work, with `stdio`
+/// Starts `cmd` in launched box `id`, as its user in its working directory, with `stdio`
 /// (ours if `None`): forked by the box's resident init, or, in a box
 /// without one, made by `exec`.
 fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], env: &[String], stdio: Option<[RawFd; 3]>) -> Result<Child> {
-    let agent = AgentCommand { args: cmd.to_vec(), env: env.to_vec(), cwd: Some("/work".into()) };
+    let agent = AgentCommand { args: cmd.to_vec(), env: env.to_vec(), cwd: None };
     match rt.agent_spawn(id, &agent, stdio.unwrap_or([0, 1, 2])) {
         Ok(p) => return Ok(Child::Agent(p)),
         Err(RuntimeError::InvalidState(_)) => {}
