@@ -25,7 +25,7 @@
 //! a detached bind mount of the layers' directory (`open_tree`) whose
 //! owners show moved into the box's range (`mount_setattr` with
 //! `MOUNT_ATTR_IDMAP` and a user namespace holding the box's map), given
-//! to overlayfs as fds and attached nowhere. So one copy of each layer,
+//! to overlayfs by fd (`/proc/self/fd/N`) and attached nowhere. So one copy of each layer,
 //! with the image's own owners, serves boxes of every range, and a file
 //! the image gives to 1000 is the box user's. That takes Linux 6.15
 //! (overlayfs layers on detached mounts) and a file system that id-maps
@@ -38,7 +38,7 @@
 //! are private mounts, so none propagates to another mount namespace.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -188,19 +188,21 @@ pub(crate) fn mount_overlay(dir: &Path, lower: Lower<'_>) -> Result<PathBuf> {
         .map_err(|e| Error::io("chown", scratch.join(UPPER), e.into()))?;
     nix::sys::stat::fchmod(upper.as_raw_fd(), Mode::from_bits_truncate(st.st_mode & 0o7777))
         .map_err(|e| Error::io("chmod", scratch.join(UPPER), e.into()))?;
-    let parts = sys::OverlayParts {
-        lowers: lowers.iter().map(AsFd::as_fd).collect(),
-        upper: Some((upper.as_fd(), ovl.as_fd())),
-        options: &[],
-    };
-    let mnt = sys::overlay(&parts, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV).map_err(|e| {
-        Error::Image(format!(
-            "mount the overlay root on {}: {e} (overlayfs takes id-mapped image layers from Linux 6.15)",
-            rootfs.display()
-        ))
-    })?;
+    // Every layer by its fd, so no path of ours or the caller's (commas,
+    // colons, length) has to survive overlay's option syntax.
+    let fd_path = |fd: &OwnedFd| format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let paths: Vec<String> = lowers.iter().map(fd_path).collect();
+    let data = format!("lowerdir={},upperdir={},workdir={}", paths.join(":"), fd_path(&upper), fd_path(&ovl));
     std::fs::create_dir_all(&rootfs).map_err(|e| Error::io("create", &rootfs, e))?;
-    sys::move_mount_to(&mnt, &rootfs).map_err(mount_error("mount the overlay root on", &rootfs))?;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    nix::mount::mount(Some("overlay"), &rootfs, Some("overlay"), flags, Some(data.as_str())).map_err(|e| {
+        let why = if matches!(lower, Lower::Mapped { .. }) {
+            " (overlayfs takes id-mapped layers on detached mounts from Linux 6.15)"
+        } else {
+            ""
+        };
+        Error::Image(format!("mount the overlay root on {}: {e}{why}", rootfs.display()))
+    })?;
     private(&rootfs)?;
     Ok(rootfs)
 }

@@ -84,11 +84,11 @@ fn view(cache: &Cache, below: &[String], upper: &Path, work: &Path) -> Result<Tr
         &[(c"redirect_dir", c"off"), (c"metacopy", c"off"), (c"index", c"off")];
     let parts = sys::OverlayParts {
         lowers: lowers.iter().map(AsFd::as_fd).collect(),
-        upper: Some((up.as_fd(), wk.as_fd())),
+        upper: (up.as_fd(), wk.as_fd()),
         options: off,
     };
     let mnt = sys::overlay(&parts, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV)
-        .map_err(|e| format!("mount the layers below as an overlay to apply it onto: {e}"))?;
+        .map_err(|e| format!("mount the layers below as an overlay to apply it onto: {e} (needs Linux 6.13)"))?;
     Ok(Tree::from_mount(mnt, upper))
 }
 
