@@ -23,7 +23,9 @@ const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): san
      time), sandbox-pool/ (a directory per pool key, 0700, whose record.json, 0600, holds how many boxes to keep \
      and the options they are made with; its lock is held while boxes of the key are made or drained), \
      sandbox-expired/ (when and why each box that expired in the last hour ended), sandbox-ids/ (the host id \
-     ranges in use, one file per box), sandbox-seccomp/ (the seccomp program of each \
+     ranges in use, one file per box), sandbox-images/ (the image cache, 0700: layers/ holds each layer applied \
+     onto the ones below it, by chain id, with the image's own owners; a box's bundle lists the layers it uses in \
+     image-layers), sandbox-seccomp/ (the seccomp program of each \
      profile in use, compiled by this build of tinyrun and libseccomp, 0700), sandbox-net/ (the /30 link of \
      each box with --network egress, one file per box, named by its first address), sandbox-boxes.lock (one \
      byte per box, locked while the box is made or removed) and sandbox-reaper.lock (held by the root's reaper \
@@ -242,8 +244,19 @@ large   2G      4      512     120s  512M",
             ),
             Block::P(
                 "With --image the root is an overlay: the image read-only below, a tmpfs of --tmpfs-size above \
-                 holding every write (for a launched box, for as long as it lives). With --rootfs or --bundle, \
-                 that directory is the root.",
+                 holding every write (for a launched box, for as long as it lives). The image's files keep their \
+                 owners (0 to 65535) inside the box: the box sees them through id-mapped mounts, so a file the \
+                 image gives to 1000 is the box user's. An OCI layout's layers are applied as an engine applies \
+                 them, each onto the layers below (a symlink to a directory followed inside the image), and kept \
+                 once for every box in <root>/sandbox-images; over --image-cache-size (default 4G, or half the \
+                 size of the cache's file system if that is less) the least recently used layers no box uses are \
+                 removed.",
+            ),
+            Block::P(
+                "With --rootfs or --bundle, that directory is the read-only lower layer of an overlay whose \
+                 upper layer is in the box's tmpfs: mount points are made there, nothing is ever written into \
+                 the directory, and the root stays read-only unless --writable-root. Its owners are the host's \
+                 (a file of the host's root is nobody's in the box).",
             ),
             Block::P(
                 "Copies (--copy-in, sandbox cp) reach any absolute path in the box but those under the host's \
@@ -258,7 +271,20 @@ large   2G      4      512     120s  512M",
             ),
             Block::P(
                 "The command runs as uid and gid 1000 (sandbox) in the box's own user namespace, where ids \
-                 0..65535 map to a range of 65536 unprivileged host ids of its own (see Host ids above).",
+                 0..65535 map to a range of 65536 unprivileged host ids of its own (see Host ids above). An \
+                 image's User, or --user USER[:GROUP], changes that: names are looked up in the box's \
+                 /etc/passwd and /etc/group, and root is the root of the box's user namespace, without \
+                 capabilities. An image that names no User runs as 1000, not as root.",
+            ),
+            Block::P(
+                "An OCI image's config applies as docker run applies it: Env, WorkingDir (else /work), and \
+                 Entrypoint followed by the given command, or by Cmd when none is given (sandbox exec runs its \
+                 command as given, as the box's user in its working directory). --image LAYOUT:TAG picks the \
+                 image tagged TAG (org.opencontainers.image.ref.name); a layout holding several images needs \
+                 one. The environment is PATH, HOME, TMPDIR=/tmp and LANG, then the image's Env (not its HOME \
+                 or TMPDIR), then -e, each replacing an earlier one of its name. HOME is /work, except with an \
+                 image: the image's HOME if the box runs as the image's User, else the user's home from \
+                 /etc/passwd if the image has it as a directory of the user's, else /work.",
             ),
         ],
     ),
@@ -268,11 +294,13 @@ large   2G      4      512     120s  512M",
             Block::P(
                 "tinyrun sandbox runs as root on the host: it makes user namespaces with id ranges of their \
                  own, cgroups and mounts. Nothing in the box is root on the host. The kernel needs user, pid, \
-                 mount, network and cgroup namespaces, pidfds and overlayfs (for --image).",
+                 mount, network and cgroup namespaces, pidfds and overlayfs (for --image and --rootfs). \
+                 --image needs Linux 6.15 (overlayfs layers on detached id-mapped mounts) and a cache (--root) \
+                 on a file system with id-mapped mounts: ext4, xfs, btrfs, or tmpfs (from Linux 6.3).",
             ),
             Block::P(
                 "The box's root user is an unprivileged host id, which must be able to reach its root \
-                 filesystem: every directory above --root's sandbox-bundles (and above --rootfs) must be \
+                 filesystem: every directory above --root's sandbox-bundles must be \
                  searchable by others (o+x); tinyrun says so if one is not.",
             ),
         ],

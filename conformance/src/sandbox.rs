@@ -127,6 +127,48 @@ pub fn remove_sandbox_cgroups(id: &str) {
     }
 }
 
+/// The image layer directories anywhere in `root`'s image cache (each named by a 64-digit hex
+/// digest), sorted: one per copy of a layer on disk, whatever the cache's layout.
+pub fn image_layer_dirs(root: &Path) -> Vec<String> {
+    fn walk(d: &Path, depth: u32, out: &mut Vec<String>) {
+        for e in fs::read_dir(d).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+                out.push(name);
+            } else if depth < 3 && !name.starts_with('.') {
+                walk(&e.path(), depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root.join("sandbox-images"), 0, &mut out);
+    out.sort();
+    out
+}
+
+/// A busybox root filesystem at `dir` (`bundles/mkrootfs`).
+pub fn mkrootfs(dir: &Path) {
+    let st = std::process::Command::new(crate::workspace_root().join("bundles/mkrootfs"))
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status();
+    assert!(st.expect("mkrootfs").success(), "mkrootfs {} failed", dir.display());
+}
+
+/// `bundles/mkimage ROOTFS NAME OUT ARGS...`.
+pub fn mkimage(rootfs: &Path, name: &str, out: &Path, args: &[&str]) {
+    let st = std::process::Command::new(crate::workspace_root().join("bundles/mkimage"))
+        .arg(rootfs)
+        .arg(name)
+        .arg(out)
+        .args(args)
+        .status();
+    assert!(st.expect("mkimage").success(), "mkimage {name} {args:?} failed");
+}
+
 pub fn mountinfo_lines(needle: &str) -> Vec<String> {
     fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()

@@ -1087,7 +1087,8 @@ fn root_in_private_dir() {
 
 /// `--rootfs DIR` runs the command on another root: a busybox rootfs from `bundles/mkrootfs`
 /// (which has /tmp but no /work). The box's mount points are made from the host's side, as
-/// runc makes them, because inside its user namespace host-root-owned DIR is not writable.
+/// runc makes them, in the overlay above DIR (`sandbox_image_engine.rs` checks DIR is never
+/// written).
 #[test]
 fn rootfs_option() {
     require_root!();

@@ -51,6 +51,15 @@ impl Tree {
         Ok(t)
     }
 
+    /// A tree rooted at a mount the caller holds only as an fd (a detached
+    /// mount made by `fsmount` or `open_tree`, attached nowhere), resolved
+    /// as one mount ([`Tree::open_one_mount`]); `shown` names it in
+    /// messages.
+    pub fn from_mount(fd: OwnedFd, shown: &Path) -> Tree {
+        let resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_XDEV;
+        Tree { fd, path: shown.to_path_buf(), resolve }
+    }
+
     /// The root's `O_PATH` fd.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

@@ -82,16 +82,31 @@ pub(crate) struct SandboxSizeArgs {
     /// size of the /tmp and /work tmpfs, e.g. 64M
     #[arg(long, value_name = "SIZE")]
     pub tmpfs_size: Option<String>,
-    /// use this root filesystem instead of the host's /usr, /bin and /lib
+    /// use this root filesystem instead of the host's /usr, /bin and /lib (read-only, as the lower layer of an
+    /// overlay: nothing is ever written into DIR)
     #[arg(long, value_name = "DIR", conflicts_with = "bundle")]
     pub rootfs: Option<PathBuf>,
-    /// use this OCI bundle's root filesystem
+    /// use this OCI bundle's root filesystem (as --rootfs uses its DIR)
     #[arg(long, value_name = "DIR")]
     pub bundle: Option<PathBuf>,
-    /// use an image as the read-only root, with writes going to a tmpfs of --tmpfs-size: a root filesystem
-    /// directory, or an OCI image layout directory (its layers are unpacked once into <root>/sandbox-images)
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["rootfs", "bundle"])]
+    /// use an image as the root, with writes going to a tmpfs of --tmpfs-size: a root filesystem directory, an OCI
+    /// image layout directory, or LAYOUT:TAG for its image tagged TAG (org.opencontainers.image.ref.name)
+    ///
+    /// A path that exists is taken whole, colons and all; otherwise the text after its last colon is the tag, if
+    /// what comes before it is a layout directory. A layout with several images needs a tag. Layers are applied
+    /// once into <root>/sandbox-images, shared by every box; the image's owners (0 to 65535) are the box's own.
+    /// The image's Env, User, WorkingDir, Entrypoint and Cmd apply as docker run applies them.
+    #[arg(long, value_name = "DIR|LAYOUT:TAG", conflicts_with_all = ["rootfs", "bundle"])]
     pub image: Option<PathBuf>,
+    /// the most bytes the image cache keeps (least recently used layers no box uses go first), e.g. 2G (default:
+    /// 4G, or half the size of the cache's file system if that is less)
+    #[arg(long, value_name = "SIZE")]
+    pub image_cache_size: Option<String>,
+    /// run as USER[:GROUP] (names or ids, looked up in the box's /etc/passwd and /etc/group), instead of the
+    /// image's User or the sandbox's user 1000; root is the box's own root, without capabilities (for installs
+    /// into an image's overlay)
+    #[arg(long, value_name = "USER[:GROUP]")]
+    pub user: Option<String>,
     /// set an environment variable (repeatable)
     #[arg(short, long, value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -164,8 +179,8 @@ pub(crate) struct SandboxRunArgs {
     /// give the command our stdin (without it, its stdin is /dev/null)
     #[arg(short, long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub interactive: bool,
-    /// the command and its arguments
-    #[arg(required = true, last = true)]
+    /// the command and its arguments (with an image, after its Entrypoint; none: the image's Cmd)
+    #[arg(last = true)]
     pub command: Vec<String>,
 }
 

@@ -242,6 +242,13 @@ fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
     o.rootfs = a.rootfs.as_deref().map(super::absolute);
     o.bundle = a.bundle.as_deref().map(super::absolute);
     o.image = a.image.as_deref().map(super::absolute);
+    o.image_cache_size = a
+        .image_cache_size
+        .as_deref()
+        .map(parse_size)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--image-cache-size: {e}"))?;
+    o.user.clone_from(&a.user);
     o.env = a.env.clone();
     o.loopback = match a.network.as_str() {
         "loopback" | "egress" => true,

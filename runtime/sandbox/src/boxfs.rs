@@ -150,7 +150,11 @@ impl BoxFs {
         let root_writable = in_bundle(&tree, bundle)?;
         let fences = fences(&tree, &mounts);
         let root = Region { tree, tops: Vec::new(), fences };
-        let user = (base + SANDBOX_UID, base + SANDBOX_UID);
+        // What is copied in is the box's user's: the image's, or --user's.
+        let id = |p: &str| v.pointer(p).and_then(Value::as_u64).and_then(|b| u32::try_from(b).ok());
+        let (uid, gid) =
+            (id("/process/user/uid").unwrap_or(SANDBOX_UID), id("/process/user/gid").unwrap_or(SANDBOX_UID));
+        let user = (base + uid, base + gid);
         Ok(BoxFs { user, mounts, root, root_writable, scratch })
     }
 

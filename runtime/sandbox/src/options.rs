@@ -73,9 +73,17 @@ pub struct SandboxOptions {
     pub output_cap: usize,
     /// The pool each box's own range of 65536 host ids is taken from.
     pub host_ids: IdRange,
-    /// `--image`: a root filesystem or OCI image layout directory, the
-    /// read-only lower layer of the box's root.
+    /// `--image`: a root filesystem or OCI image layout directory (or
+    /// `LAYOUT:TAG`), the read-only lower layer of the box's root.
     pub image: Option<PathBuf>,
+    /// `--image-cache-size`: the most bytes the image cache keeps of layers
+    /// no box uses (default: 4 GiB, or half the cache's file system if
+    /// that is less).
+    pub image_cache_size: Option<u64>,
+    /// `--user USER[:GROUP]`: who the box's process runs as, instead of
+    /// the image's `User` or the sandbox's user 1000; names are looked up
+    /// in the box root's /etc/passwd and /etc/group.
+    pub user: Option<String>,
     /// `--copy-in`: host files put into the box before the command runs.
     pub copy_in: Vec<crate::copy::CopyIn>,
     /// The cap on the bytes of all `--copy-in`s together.
@@ -136,6 +144,8 @@ impl SandboxOptions {
             output_cap: 1 << 20,
             host_ids: IdRange::default(),
             image: None,
+            image_cache_size: None,
+            user: None,
             copy_in: Vec::new(),
             copy_limit: crate::copy::DEFAULT_COPY_LIMIT,
             report_writes: None,

@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use super::boxlock::{self, BoxLock};
 use super::ids::Allocator;
 use super::options::SandboxOptions;
-use super::spec::{self, SANDBOX_UID};
+use super::spec;
 use super::stdio::Stdio;
 use super::wait::{finish, Child, Interrupts, Scope};
 use crate::error::{Error, Result};
@@ -112,7 +112,7 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
     let lock = boxlock::lock(root, &id)?;
     let result = (|| {
         let host_id = provision(root, &bundle, &id, opts)?;
-        spec::write_bundle(&bundle, &id, opts, cmd, host_id)?;
+        spec::write_bundle(&bundle, &id, opts, spec::Program::Command(cmd), host_id)?;
         let watch = files_in(&bundle, opts)?;
         let mut io = Stdio::direct(capture, opts.interactive)?;
         // The box dies with this process, even by SIGKILL: nothing would
@@ -194,6 +194,8 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     opts.validate()?;
     // Computed once: it builds the box's whole spec.
     let key = super::pool::key(opts)?;
+    // What a fresh box would run: with an image, its Entrypoint and Cmd.
+    let pooled_cmd = spec::command(opts, cmd)?;
     let Some(id) = super::pool::take_keyed(root, &key, opts.timeout)? else {
         let mut res = run(root, opts, cmd, capture)?;
         res.pool = Some(PoolUse::Miss);
@@ -208,7 +210,7 @@ pub fn run_pooled(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
         let mut io = Stdio::piped(capture, opts.interactive)?;
         let deadline = started + opts.timeout;
         let how = Spawn { env: &opts.env, kill_children: false, deadline };
-        let Some(child) = spawned(spawn_in(&rt, &id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
+        let Some(child) = spawned(spawn_in(&rt, &id, &pooled_cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
         let res = finish(&rt, &id, child, started, deadline, &mut io, opts.output_cap, Scope::Box)?;
         writes_into(res, watch)
@@ -249,7 +251,8 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
     let lock = boxlock::lock(root, &id)?;
     let made = (|| -> Result<()> {
         let host_id = provision(root, &bundle, &id, opts)?;
-        spec::write_bundle(&bundle, &id, &SandboxOptions { timeout: Duration::MAX, ..opts.clone() }, &idle, host_id)?;
+        let forever = SandboxOptions { timeout: Duration::MAX, ..opts.clone() };
+        spec::write_bundle(&bundle, &id, &forever, spec::Program::Exactly(&idle), host_id)?;
         super::copy::copy_ins(&bundle, &opts.copy_in, opts.copy_limit)?;
         let null = Path::new("/dev/null");
         let devnull =
@@ -337,15 +340,9 @@ fn box_process(
     env: &[String],
     tty: bool,
 ) -> Result<tinyrun::oci_spec::runtime::Process> {
-    let mut p = c.exec_process(&ProcessOverrides {
-        args: cmd.to_vec(),
-        env: env.to_vec(),
-        tty,
-        user: Some((SANDBOX_UID, Some(SANDBOX_UID))),
-        ..Default::default()
-    })?;
-    p.set_cwd("/work".into());
-    Ok(p)
+    // The box's own user and working directory (its image's, or the
+    // sandbox's user in /work), as `docker exec` keeps them.
+    Ok(c.exec_process(&ProcessOverrides { args: cmd.to_vec(), env: env.to_vec(), tty, ..Default::default() })?)
 }
 
 /// Runs `cmd` in sandbox `id` (its files persist between calls) until it
@@ -414,14 +411,14 @@ fn timed_out(started: Instant) -> SandboxResult {
     }
 }
 
-/// Starts `cmd` in launched box `id`, as its user in /work, with `io`:
+/// Starts `cmd` in launched box `id`, as its user in its working directory, with `io`:
 /// forked by the box's resident init, or, in a box without one, made by
 /// `exec`.
 fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio) -> Result<Child> {
     let agent = AgentCommand {
         args: cmd.to_vec(),
         env: how.env.to_vec(),
-        cwd: Some("/work".into()),
+        cwd: None,
         kill_children: how.kill_children,
         deadline: Some(how.deadline),
     };

@@ -8,8 +8,9 @@ use sha2::{Digest, Sha256};
 use super::ids::BLOCK;
 use super::options::SandboxOptions;
 use crate::error::{Error, Result};
-use crate::image::{self, Source};
-use crate::storage;
+use crate::image::{self, Config, Source};
+use crate::process::{self, BoxRoot, User};
+use crate::storage::{self, Lower, RootKind};
 use tinyrun::tree::Tree;
 
 /// Inside the box the program runs as this user, mapped (with the rest of
@@ -42,7 +43,8 @@ fn io<'a>(op: &'static str, p: &'a Path) -> impl FnOnce(std::io::Error) -> Error
 
 /// What a box's root filesystem is made of.
 enum Root {
-    /// A directory named by `--rootfs` or by `--bundle`'s config.
+    /// A directory named by `--rootfs` or by `--bundle`'s config: the
+    /// read-only lower layer of an overlay in the bundle dir.
     Given(PathBuf),
     /// An empty skeleton in the bundle dir, filled by read-only binds of the
     /// host's directories (in the mounts) and these symlinks (path inside
@@ -50,6 +52,35 @@ enum Root {
     Skeleton(Vec<(PathBuf, PathBuf)>),
     /// `--image`: an overlay over the image, mounted in the bundle dir.
     Image(Source),
+}
+
+impl Root {
+    fn kind(&self) -> RootKind {
+        match self {
+            Root::Given(_) => RootKind::Given,
+            Root::Skeleton(_) => RootKind::Skeleton,
+            Root::Image(_) => RootKind::Image,
+        }
+    }
+}
+
+/// What a box's init runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Program<'a> {
+    /// The caller's command (empty if none was given): an image's
+    /// `Entrypoint` goes before it, and its `Cmd` stands in for a missing
+    /// one (module `process`).
+    Command(&'a [String]),
+    /// A program as it is: a launched box's idle init.
+    Exactly(&'a [String]),
+}
+
+/// The box's process, resolved (module `process`).
+struct BoxProcess {
+    user: User,
+    cwd: String,
+    env: Vec<String>,
+    args: Vec<String>,
 }
 
 /// The parts of a box's spec that come from the host or the options' paths,
@@ -73,11 +104,18 @@ fn plan(opts: &SandboxOptions, scratch: &Path) -> Result<Plan> {
     Ok(Plan { root, mounts })
 }
 
-/// Writes `dir/config.json` (and, for the default root, `dir/rootfs`) for
-/// box `id`, whose ids inside map to host ids `host_id..host_id + 65536`.
-pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[String], host_id: u32) -> Result<()> {
+/// Writes `dir/config.json` (and the box's root at `dir/rootfs`) for box
+/// `id`, whose ids inside map to host ids `host_id..host_id + 65536`.
+pub(crate) fn write_bundle(
+    dir: &Path,
+    id: &str,
+    opts: &SandboxOptions,
+    program: Program<'_>,
+    host_id: u32,
+) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io("create sandbox bundle", dir))?;
     let Plan { root, mut mounts } = plan(opts, &dir.join(storage::SCRATCH))?;
+    let kind = root.kind();
     storage::mount_bundle(dir, opts.tmpfs_size, host_id)?;
     if let Some(dns) = opts.egress.as_ref().and_then(|e| e.dns) {
         // The box's resolver, whatever root it has: a file of ours on top.
@@ -85,29 +123,70 @@ pub(crate) fn write_bundle(dir: &Path, id: &str, opts: &SandboxOptions, args: &[
         std::fs::write(&conf, crate::net::resolv_conf(dns)).map_err(io("write", &conf))?;
         mounts.push(bind_ro(&conf, "/etc/resolv.conf"));
     }
-    storage::mount_scratch(dir, opts.tmpfs_size, host_id, matches!(root, Root::Image(_)))?;
-    let (root, image_env) = match root {
-        Root::Given(r) => (r, None),
-        Root::Skeleton(links) => {
-            let rootfs = dir.join("rootfs");
-            skeleton(&rootfs, &links)?;
-            (rootfs, None)
-        }
-        Root::Image(src) => {
-            let img = image::prepare(storage::state_root(dir), &src, host_id, image::Limits::default())?;
-            (storage::mount_image(dir, &img, host_id)?, Some(img.env))
-        }
-    };
+    storage::mount_scratch(dir, opts.tmpfs_size, host_id, kind)?;
+    let (rootfs, config) = make_root(dir, root, opts, host_id)?;
+    let tree = Tree::open_one_mount(&rootfs)?;
+    let user = process::user(opts.user.as_deref(), config.as_ref(), Some(BoxRoot { tree: &tree, base: host_id }))?;
+    storage::box_dirs(dir, &rootfs, kind, host_id, (user.uid, user.gid))?;
     if opts.egress.as_ref().is_some_and(|e| e.dns.is_some()) {
-        crate::net::resolv_conf_mountpoint(&root, image_env.is_some(), host_id)?;
+        crate::net::resolv_conf_mountpoint(&rootfs, kind != RootKind::Skeleton, host_id)?;
     }
     // Made here, as the host's root, the way runc makes mount points: the
     // box's own root can't create them in a root filesystem it doesn't own.
-    mountpoints(&root, &mounts)?;
-    reachable(&root, host_id)?;
-    let spec = spec_json(id, &root, opts, args, mounts, host_id, image_env.as_deref())?;
+    mountpoints(&rootfs, &mounts)?;
+    reachable(&rootfs, host_id)?;
+    let p = box_process(opts, config.as_ref(), kind, user, program)?;
+    let spec = spec_json(id, &rootfs, opts, &p, mounts, host_id, kind)?;
     let bytes = serde_json::to_vec(&spec).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     write_private(&dir.join("config.json"), &bytes)
+}
+
+/// Makes the box's root in its bundle dir `dir`; returns its path and, for
+/// an image layout, the image's config.
+fn make_root(dir: &Path, root: Root, opts: &SandboxOptions, host_id: u32) -> Result<(PathBuf, Option<Config>)> {
+    match root {
+        Root::Given(r) => Ok((storage::mount_overlay(dir, Lower::Host(&r))?, None)),
+        Root::Skeleton(links) => {
+            let rootfs = dir.join("rootfs");
+            skeleton(&rootfs, &links)?;
+            Ok((rootfs, None))
+        }
+        Root::Image(src) => {
+            let state = storage::state_root(dir);
+            let cache_size = opts.image_cache_size.unwrap_or_else(|| image::default_cache_size(state));
+            let target = image::Target { root: state, bundle: dir, limits: image::Limits::default(), cache_size };
+            let img = image::prepare(&src, &target)?;
+            let lower = Lower::Mapped { dir: &img.dir, layers: &img.layers, base: host_id };
+            Ok((storage::mount_overlay(dir, lower)?, img.config))
+        }
+    }
+}
+
+/// The box's process: `user`, and what the options and the image's
+/// `config` give it (module `process`).
+fn box_process(
+    opts: &SandboxOptions,
+    config: Option<&Config>,
+    kind: RootKind,
+    user: User,
+    program: Program<'_>,
+) -> Result<BoxProcess> {
+    let args = match program {
+        Program::Command(c) => process::command(config, c)?,
+        Program::Exactly(a) => a.to_vec(),
+    };
+    let env = process::env(config, kind == RootKind::Image, &user, &opts.env);
+    Ok(BoxProcess { cwd: process::cwd(config)?, env, args, user })
+}
+
+/// The command a run of `cmd` under `opts` runs: with an image layout, its
+/// `Entrypoint` and `Cmd` applied.
+pub(crate) fn command(opts: &SandboxOptions, cmd: &[String]) -> Result<Vec<String>> {
+    let config = match &opts.image {
+        Some(img) => Source::open(img)?.config()?,
+        None => None,
+    };
+    process::command(config.as_ref(), cmd)
 }
 
 /// Writes a file only root may read: a box's config holds its environment,
@@ -125,25 +204,33 @@ const PER_BOX: [&str; 4] = ["/process/args", "/linux/cgroupsPath", "/linux/uidMa
 
 /// A short digest of everything that shapes a box's isolation: the spec a
 /// box of these options gets, less [`PER_BOX`], plus the skeleton's
-/// symlinks (the one part of the root written outside the spec) and
-/// whether `lo` comes up (a create option, not part of the spec). So any
-/// option that changes the box changes the digest. Not in it: the timeout
-/// and output cap, which each run applies itself, and the pool of host ids,
-/// which only picks where the box's own range comes from.
+/// symlinks (the one part of the root written outside the spec), whether
+/// `lo` comes up (a create option, not part of the spec), and the image
+/// (its manifest's digest, which covers its config and so its `User`,
+/// `WorkingDir`, `Entrypoint`...) and `--user` as given (names are looked
+/// up in the box's root, which this has none of). So any option that
+/// changes the box changes the digest. Not in it: the timeout and output
+/// cap, which each run applies itself, the pool of host ids, which only
+/// picks where the box's own range comes from, and the image cache's cap.
 pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
     // The storage, skeleton and overlay live in the box's own bundle dir.
     let Plan { root, mounts } = plan(opts, Path::new(storage::SCRATCH))?;
-    let (root, links, image) = match root {
-        Root::Given(r) => (r, Vec::new(), None),
-        Root::Skeleton(links) => (PathBuf::new(), links, None),
-        Root::Image(src) => (PathBuf::new(), Vec::new(), Some(src.identity()?)),
+    let kind = root.kind();
+    let (root, links, image, config) = match root {
+        Root::Given(r) => (r, Vec::new(), None, None),
+        Root::Skeleton(links) => (PathBuf::new(), links, None, None),
+        Root::Image(src) => {
+            let (identity, config) = src.identity()?;
+            (PathBuf::new(), Vec::new(), Some(identity), config)
+        }
     };
-    let env = image.as_ref().map(|_| Vec::new());
+    let user = process::user(opts.user.as_deref(), config.as_ref(), None)?;
+    let p = box_process(opts, config.as_ref(), kind, user, Program::Exactly(&[]))?;
     // The seccomp profile is one fixed text: its bytes stand for it below.
     // Parsed into the spec and written out again, it would be most of the
     // work of every `run --pool`.
     let unfiltered = SandboxOptions { no_seccomp: true, ..opts.clone() };
-    let mut spec = spec_json("", &root, &unfiltered, &[], mounts, 0, env.as_deref())?;
+    let mut spec = spec_json("", &root, &unfiltered, &p, mounts, 0, kind)?;
     for field in PER_BOX {
         if let Some(v) = spec.pointer_mut(field) {
             *v = Value::Null;
@@ -152,7 +239,7 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
     // cgroupsPath is per box; where it goes is not.
     let egress = opts.egress.as_ref().map(|e| format!("{e:?}"));
     let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback, "image": image, "egress": egress,
-                       "cgroup_parent": opts.cgroup_parent, "seccomp": !opts.no_seccomp});
+                       "cgroup_parent": opts.cgroup_parent, "seccomp": !opts.no_seccomp, "user": opts.user});
     let bytes = serde_json::to_vec(&whole).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     // A JSON object ends where it ends, so the profile after it can't be
     // mistaken for part of it.
@@ -274,18 +361,11 @@ fn spec_json(
     id: &str,
     root: &Path,
     opts: &SandboxOptions,
-    args: &[String],
+    p: &BoxProcess,
     mounts: Vec<Value>,
     host_id: u32,
-    image_env: Option<&[String]>,
+    kind: RootKind,
 ) -> Result<Value> {
-    let defaults = [
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME=/work",
-        "TMPDIR=/tmp",
-        "LANG=C.UTF-8",
-    ];
-    let env = merge_env(&defaults, image_env.unwrap_or_default(), &opts.env);
     // Options made cpus positive and finite; `as` saturates anyway.
     #[allow(clippy::cast_possible_truncation, reason = "a quota in microseconds per 100 ms period")]
     let quota = (opts.cpus * 100_000.0).round().max(1000.0) as i64;
@@ -310,40 +390,30 @@ fn spec_json(
     if !opts.no_seccomp {
         linux["seccomp"] = seccomp_profile()?;
     }
+    let mut user = json!({"uid": p.user.uid, "gid": p.user.gid});
+    if !p.user.groups.is_empty() {
+        user["additionalGids"] = json!(p.user.groups);
+    }
     Ok(json!({
         "ociVersion": tinyrun::SPEC_VERSION,
         "process": {
             "terminal": false,
-            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
-            "args": args,
-            "env": env,
-            "cwd": "/work",
+            "user": user,
+            "args": p.args,
+            "env": p.env,
+            "cwd": p.cwd,
             "capabilities": {"bounding": [], "effective": [], "permitted": [], "inheritable": [], "ambient": []},
             "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0}],
             "noNewPrivileges": true
         },
-        "root": {"path": root, "readonly": !opts.writable_root && image_env.is_none()},
+        // An image's overlay is the box's own writable root; any other
+        // root is read-only unless loosened.
+        "root": {"path": root, "readonly": !opts.writable_root && kind != RootKind::Image},
         "hostname": "sandbox",
         "mounts": mounts,
         "annotations": annotations,
         "linux": linux
     }))
-}
-
-/// The box's environment: our defaults, then the image's (but HOME and
-/// TMPDIR stay ours: the box's home is /work), then the caller's; a later
-/// NAME replaces an earlier one in place.
-fn merge_env(defaults: &[&str], image: &[String], caller: &[String]) -> Vec<String> {
-    let mut env: Vec<String> = defaults.iter().map(|s| s.to_string()).collect();
-    let ours = |v: &&String| !(v.starts_with("HOME=") || v.starts_with("TMPDIR="));
-    for v in image.iter().filter(ours).chain(caller) {
-        let name = v.split_once('=').map_or(v.as_str(), |(n, _)| n);
-        match env.iter_mut().find(|e| e.split_once('=').map_or(e.as_str(), |(n, _)| n) == name) {
-            Some(e) => e.clone_from(v),
-            None => env.push(v.clone()),
-        }
-    }
-    env
 }
 
 /// The shipped allowlist; a profile that doesn't parse is an error, never

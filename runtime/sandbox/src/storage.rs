@@ -8,38 +8,56 @@
 //! filesystem each creation can cost a millisecond (a journal commit
 //! under load), more than the rest of a box's set-up together.
 //!
-//! Every box gets one more tmpfs, `<bundle>/scratch`, of `--tmpfs-size`:
-//! - with the default root (or `--rootfs`/`--bundle`), `scratch/work` and
-//!   `scratch/tmp` are bound at /work and /tmp, so the scratch directory
-//!   is the box's writable world seen from `/`;
-//! - with an image, `scratch/upper` (and overlay's `scratch/ovl`) is the
-//!   upper layer of an overlay mounted at `<bundle>/rootfs` over the
-//!   image's read-only layers: every write in the box, /work and /tmp
+//! Every box gets one more tmpfs, `<bundle>/scratch`, of `--tmpfs-size`
+//! ([`RootKind`] says what it holds):
+//! - with the default root, `scratch/work` and `scratch/tmp` are bound at
+//!   /work and /tmp, so the scratch directory is the box's writable world
+//!   seen from `/`;
+//! - with `--rootfs` (or `--bundle`), the same, and the caller's directory
+//!   is the read-only lower layer of an overlay at `<bundle>/rootfs` whose
+//!   upper layer is `scratch/upper` (and overlay's `scratch/ovl`): mount
+//!   points are made there, never in the caller's directory;
+//! - with an image, `scratch/upper` is the upper layer of an overlay over
+//!   the image's read-only layers: every write in the box, /work and /tmp
 //!   included, lands in the tmpfs, and the image is never written.
+//!
+//! An image's layers are seen through id-mapped mounts ([`Lower::Mapped`]):
+//! a detached bind mount of the layers' directory (`open_tree`) whose
+//! owners show moved into the box's range (`mount_setattr` with
+//! `MOUNT_ATTR_IDMAP` and a user namespace holding the box's map), given
+//! to overlayfs by fd (`/proc/self/fd/N`) and attached nowhere. So one copy of each layer,
+//! with the image's own owners, serves boxes of every range, and a file
+//! the image gives to 1000 is the box user's. That takes Linux 6.15
+//! (overlayfs layers on detached mounts) and a file system that id-maps
+//! (ext4, xfs, btrfs; tmpfs from 6.3); elsewhere an image box fails with
+//! an error naming the step.
 //!
 //! The mounts live as long as the box: made when its bundle is written,
 //! detached by [`release`] when it is removed (terminate, the end of a
 //! one-shot run, or the garbage collection of a crashed run's box). They
 //! are private mounts, so none propagates to another mount namespace.
 
-use std::ffi::OsStr;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::mount::{MntFlags, MsFlags};
 use nix::sys::stat::{Mode, SFlag};
 
 use crate::error::{Error, Result};
-use crate::image::Prepared;
+use crate::ids::BLOCK;
 use crate::spec::SANDBOX_UID;
+use crate::sys;
 use tinyrun::tree::{self, Tree};
 
 /// The tmpfs under a box's bundle dir.
 pub(crate) const SCRATCH: &str = "scratch";
 const UPPER: &str = "upper";
 const OVL_WORK: &str = "ovl";
+const WORK: &str = "work";
 
 /// Where bundles live: `<root>/sandbox-bundles/<id>`; the runtime root of
 /// a bundle dir.
@@ -68,9 +86,22 @@ pub(crate) fn mount_bundle(dir: &Path, size: u64, base: u32) -> Result<()> {
     private(dir)
 }
 
+/// What a box's root is, and so what its scratch tmpfs holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RootKind {
+    /// The default root: `work` and `tmp`, bound at /work and /tmp.
+    Skeleton,
+    /// `--rootfs` or `--bundle`'s root: an overlay over the caller's
+    /// directory (`upper`, `ovl`), with `work` and `tmp` bound as above.
+    Given,
+    /// `--image`: an overlay (`upper`, `ovl`) that is the box's whole
+    /// writable root, /work and /tmp included.
+    Image,
+}
+
 /// Mounts `dir/scratch`: a tmpfs of `size` bytes for a box whose ids start
-/// at host id `base`; without `image`, its `work` and `tmp` are made.
-pub(crate) fn mount_scratch(dir: &Path, size: u64, base: u32, image: bool) -> Result<PathBuf> {
+/// at host id `base`, with the directories a root of `kind` needs.
+pub(crate) fn mount_scratch(dir: &Path, size: u64, base: u32, kind: RootKind) -> Result<PathBuf> {
     let scratch = dir.join(SCRATCH);
     std::fs::DirBuilder::new().mode(0o711).create(&scratch).map_err(|e| Error::io("create", &scratch, e))?;
     // 0711: the box's root, an unprivileged host uid, must reach the binds'
@@ -85,10 +116,13 @@ pub(crate) fn mount_scratch(dir: &Path, size: u64, base: u32, image: bool) -> Re
     )
     .map_err(mount_error("mount sandbox storage (tmpfs) on", &scratch))?;
     private(&scratch)?;
-    let dirs: &[(&str, u32, u32)] = if image {
-        &[(UPPER, 0, 0o755), (OVL_WORK, 0, 0o700)]
-    } else {
-        &[("work", SANDBOX_UID, 0o755), ("tmp", 0, 0o1777)]
+    let overlay = [(UPPER, 0, 0o755), (OVL_WORK, 0, 0o700)];
+    // /work is given to the box's user once it is known (`box_dirs`).
+    let binds = [(WORK, SANDBOX_UID, 0o755), ("tmp", 0, 0o1777)];
+    let dirs: Vec<&(&str, u32, u32)> = match kind {
+        RootKind::Skeleton => binds.iter().collect(),
+        RootKind::Given => overlay.iter().chain(&binds).collect(),
+        RootKind::Image => overlay.iter().collect(),
     };
     for (name, owner, mode) in dirs {
         let p = scratch.join(name);
@@ -99,63 +133,102 @@ pub(crate) fn mount_scratch(dir: &Path, size: u64, base: u32, image: bool) -> Re
     Ok(scratch)
 }
 
+/// Gives /work to the box's user `user` (ids inside the box whose ids
+/// start at host id `base`); with an image, makes /work and /tmp in its
+/// overlay at `rootfs` first (in the upper layer: the image is untouched).
+pub(crate) fn box_dirs(dir: &Path, rootfs: &Path, kind: RootKind, base: u32, user: (u32, u32)) -> Result<()> {
+    let owner = (base + user.0, base + user.1);
+    if kind != RootKind::Image {
+        let work = dir.join(SCRATCH).join(WORK);
+        return std::os::unix::fs::chown(&work, Some(owner.0), Some(owner.1)).map_err(|e| Error::io("chown", &work, e));
+    }
+    let tree = Tree::open_one_mount(rootfs)?;
+    writable_dir(&tree, WORK, owner, 0o755)?;
+    writable_dir(&tree, "tmp", (base, base), 0o1777)
+}
+
 fn private(target: &Path) -> Result<()> {
     nix::mount::mount(None::<&str>, target, None::<&str>, MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(mount_error("make private", target))
 }
 
-/// Mounts the overlay of image `img` at `dir/rootfs` over the scratch
-/// tmpfs (see [`mount_scratch`]) and makes its /work and /tmp; returns the
-/// root filesystem's path.
-pub(crate) fn mount_image(dir: &Path, img: &Prepared, base: u32) -> Result<PathBuf> {
+/// The read-only layers of a box's overlay root.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lower<'a> {
+    /// The caller's directory (`--rootfs`), owners as they are on the host.
+    Host(&'a Path),
+    /// An image: the directories `layers` in `dir`, top first (or `dir`
+    /// itself if there are none), seen with their ids moved into the range
+    /// of host ids that starts at `base`.
+    Mapped { dir: &'a Path, layers: &'a [OsString], base: u32 },
+}
+
+/// Mounts an overlay of `lower` at `dir/rootfs`, its upper layer in the
+/// scratch tmpfs (see [`mount_scratch`]); returns the root's path.
+///
+/// # Preconditions
+/// The caller is single-threaded: an id map's user namespace is made by a
+/// forked child (`sys::userns_with_map`).
+pub(crate) fn mount_overlay(dir: &Path, lower: Lower<'_>) -> Result<PathBuf> {
     let scratch = dir.join(SCRATCH);
-    let (upper, ovl) = (scratch.join(UPPER), scratch.join(OVL_WORK));
-    // The merged root takes the upper directory's owner and mode: give it
-    // the image's.
-    let top = img.lowers.first().ok_or_else(|| Error::Image("image has no layers".into()))?;
-    let meta = std::fs::metadata(top).map_err(|e| Error::io("stat", top, e))?;
-    std::os::unix::fs::chown(&upper, Some(meta.uid()), Some(meta.gid())).map_err(|e| Error::io("chown", &upper, e))?;
-    std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(meta.mode() & 0o7777))
-        .map_err(|e| Error::io("chmod", &upper, e))?;
-    let data = overlay_options(&img.lowers, &upper, &ovl)?;
     let rootfs = dir.join("rootfs");
+    let open = |p: &Path| crate::image::open_dir(p).map_err(|e| Error::io("open", p, e));
+    // The id-mapped mount must stay open until overlayfs has taken its
+    // layers: closing it would unmount it under them.
+    let (_mapped, lowers): (Option<OwnedFd>, Vec<OwnedFd>) = match lower {
+        Lower::Host(p) => (None, vec![open(p)?]),
+        Lower::Mapped { dir, layers, base } => mapped_layers(dir, layers, base).map(|(m, l)| (Some(m), l))?,
+    };
+    let (upper, ovl) = (open(&scratch.join(UPPER))?, open(&scratch.join(OVL_WORK))?);
+    // The merged root takes the upper directory's owner and mode: give it
+    // the top layer's.
+    let top = lowers.first().ok_or_else(|| Error::Image("image has no layers".into()))?;
+    let st = nix::sys::stat::fstat(top.as_raw_fd()).map_err(|e| Error::io("stat", &rootfs, e.into()))?;
+    nix::unistd::fchown(upper.as_raw_fd(), Some(st.st_uid.into()), Some(st.st_gid.into()))
+        .map_err(|e| Error::io("chown", scratch.join(UPPER), e.into()))?;
+    nix::sys::stat::fchmod(upper.as_raw_fd(), Mode::from_bits_truncate(st.st_mode & 0o7777))
+        .map_err(|e| Error::io("chmod", scratch.join(UPPER), e.into()))?;
+    // Every layer by its fd, so no path of ours or the caller's (commas,
+    // colons, length) has to survive overlay's option syntax.
+    let fd_path = |fd: &OwnedFd| format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let paths: Vec<String> = lowers.iter().map(fd_path).collect();
+    let data = format!("lowerdir={},upperdir={},workdir={}", paths.join(":"), fd_path(&upper), fd_path(&ovl));
     std::fs::create_dir_all(&rootfs).map_err(|e| Error::io("create", &rootfs, e))?;
-    nix::mount::mount(
-        Some("overlay"),
-        &rootfs,
-        Some("overlay"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(data.as_str()),
-    )
-    .map_err(mount_error("mount image overlay on", &rootfs))?;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    nix::mount::mount(Some("overlay"), &rootfs, Some("overlay"), flags, Some(data.as_str())).map_err(|e| {
+        let why = if matches!(lower, Lower::Mapped { .. }) {
+            " (overlayfs takes id-mapped layers on detached mounts from Linux 6.15)"
+        } else {
+            ""
+        };
+        Error::Image(format!("mount the overlay root on {}: {e}{why}", rootfs.display()))
+    })?;
     private(&rootfs)?;
-    let tree = Tree::open_one_mount(&rootfs)?;
-    writable_dir(&tree, "work", (base + SANDBOX_UID, base + SANDBOX_UID), 0o755)?;
-    writable_dir(&tree, "tmp", (base, base), 0o1777)?;
     Ok(rootfs)
 }
 
-/// The overlay's mount data; paths that would break its syntax, or more
-/// layers than one page of options holds, are refused.
-fn overlay_options(lowers: &[PathBuf], upper: &Path, work: &Path) -> Result<String> {
-    let all = lowers.iter().map(PathBuf::as_path).chain([upper, work]);
-    for p in all {
-        if p.to_str().is_none_or(|s| s.contains([',', ':', '\\'])) {
-            return Err(Error::Image(format!(
-                "path {} can't be an overlay layer (it has a comma, colon or backslash, or isn't UTF-8)",
-                p.display()
-            )));
-        }
-    }
-    let lower: Vec<String> = lowers.iter().map(|p| p.display().to_string()).collect();
-    let data = format!("lowerdir={},upperdir={},workdir={}", lower.join(":"), upper.display(), work.display());
-    if data.len() >= 4096 {
-        return Err(Error::Image(format!(
-            "the image's {} layers don't fit in one overlay mount's options (4095 bytes); use a shorter --root",
-            lowers.len()
-        )));
-    }
-    Ok(data)
+/// One id-mapped, detached mount of `dir`, and each layer as an fd on it
+/// (one mount for them all: each mount costs a grace period when it goes).
+fn mapped_layers(dir: &Path, layers: &[OsString], base: u32) -> Result<(OwnedFd, Vec<OwnedFd>)> {
+    let userns =
+        sys::userns_with_map(base, BLOCK).map_err(Error::sys("make a user namespace holding the box's id map"))?;
+    let tree = sys::idmapped_tree(dir, &userns).map_err(|e| {
+        Error::Image(format!(
+            "id-map {} for the box: {e} (the kernel or the file system refuses id-mapped mounts: tmpfs takes them \
+             from Linux 6.3, ext4, xfs and btrfs from 5.12)",
+            dir.display()
+        ))
+    })?;
+    let at = |name: &OsStr| {
+        tree::open_at(&tree, name, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW, 0)
+            .map_err(|e| Error::io("open image layer", dir.join(name), e.into()))
+    };
+    let fds = if layers.is_empty() {
+        vec![at(OsStr::new("."))?]
+    } else {
+        layers.iter().map(|l| at(l)).collect::<Result<_>>()?
+    };
+    Ok((tree, fds))
 }
 
 /// Makes `/name` a directory owned by `owner` with `mode` (in the upper
@@ -264,16 +337,5 @@ mod tests {
     fn mountinfo_escapes_are_read() {
         assert_eq!(unescape("/a\\040b/c\\134d"), PathBuf::from("/a b/c\\d"));
         assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
-    }
-
-    #[test]
-    fn overlay_options_refuse_bad_paths_and_overflow() {
-        let (u, w) = (Path::new("/s/upper"), Path::new("/s/ovl"));
-        let ok = overlay_options(&[PathBuf::from("/l/2"), PathBuf::from("/l/1")], u, w).unwrap();
-        assert_eq!(ok, "lowerdir=/l/2:/l/1,upperdir=/s/upper,workdir=/s/ovl");
-        let e = overlay_options(&[PathBuf::from("/l/a:b")], u, w).unwrap_err().to_string();
-        assert!(e.contains("colon"), "{e}");
-        let many: Vec<PathBuf> = (0..100).map(|i| PathBuf::from(format!("/{}/{i}", "x".repeat(60)))).collect();
-        assert!(overlay_options(&many, u, w).unwrap_err().to_string().contains("100 layers"));
     }
 }

@@ -1,11 +1,16 @@
 //! The system calls the sandbox makes itself that neither std nor nix
-//! offers safely: `fork`, `pidfd_open`, `_exit`, `fsetxattr`, and for
-//! tests an `ioctl` whose request is wider than the kernel's 32 bits. File
+//! offers safely: `fork`, `pidfd_open`, `_exit`, the new
+//! mount API for image overlays (`open_tree`, `mount_setattr` with an id
+//! map, `fsopen`/`fsconfig`/`fsmount`), and for tests an
+//! `ioctl` whose request is wider than the kernel's 32 bits. File
 //! operations in hostile trees go through the runtime's `tinyrun::tree`;
 //! everything else through the runtime's API, std or nix.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use nix::errno::Errno;
 use nix::unistd::Pid;
@@ -76,26 +81,6 @@ pub(crate) fn exit_child(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// `fsetxattr(fd, name, value, 0)`.
-pub(crate) fn fsetxattr(fd: &impl AsRawFd, name: &std::ffi::CStr, value: &[u8]) -> Result<(), Errno> {
-    // SAFETY: `name` is NUL-terminated and `value` valid for its length,
-    // both outliving the call.
-    let ret = unsafe { libc::fsetxattr(fd.as_raw_fd(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
-    Errno::result(ret).map(drop)
-}
-
-/// `lgetxattr(path, name)`: the value, at most 256 bytes.
-#[cfg(test)]
-pub(crate) fn lgetxattr(path: &std::ffi::CStr, name: &std::ffi::CStr) -> Result<Vec<u8>, Errno> {
-    let mut buf = vec![0u8; 256];
-    // SAFETY: both strings are NUL-terminated and `buf` is valid for its
-    // length; all outlive the call.
-    let n = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    let n = usize::try_from(n).map_err(|_| Errno::last())?;
-    buf.truncate(n);
-    Ok(buf)
-}
-
 /// In a forked child that outlives its caller: /dev/null as stdin, stdout
 /// and stderr, and every other fd but `keep` closed, so the child holds
 /// none of the caller's pipes or files open.
@@ -133,4 +118,203 @@ pub(crate) fn try_lock(fd: &impl AsRawFd) -> Result<bool, Errno> {
 pub(crate) fn unlock(fd: &impl AsRawFd) -> Result<(), Errno> {
     // SAFETY: a plain system call with integer arguments.
     Errno::result(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_UN) }).map(drop)
+}
+
+/// A user namespace whose uid and gid maps are both `0 base count`, held
+/// by the returned fd: what `MOUNT_ATTR_IDMAP` takes to show a mount's
+/// files with their owners moved into a box's range of host ids.
+///
+/// A child cloned into a new user namespace holds it while we write its
+/// maps and open its `ns/user`; then it exits, and the fd keeps the
+/// namespace. The child shares our memory (`CLONE_VM`, on a small stack of
+/// its own) instead of copying it as fork would, which costs a few hundred
+/// microseconds per box; all it does is wait for EOF on a pipe.
+///
+/// # Preconditions
+/// The caller is single-threaded (another thread could be mid-way through
+/// something the child's shared memory would see torn; it touches none).
+pub(crate) fn userns_with_map(base: u32, count: u32) -> Result<OwnedFd, Errno> {
+    let (hold_r, hold_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let fds = [hold_r.as_raw_fd(), hold_w.as_raw_fd()];
+    // u128: the stack's top must be 16-byte aligned.
+    let mut stack = vec![0u128; 1024];
+    let top = stack.as_mut_ptr_range().end.cast::<libc::c_void>();
+    let all = nix::sys::signal::SigSet::all();
+    let mut old = nix::sys::signal::SigSet::empty();
+    // The child starts with every signal blocked: no handler of ours may
+    // run on its stack.
+    nix::sys::signal::pthread_sigmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&all), Some(&mut old))?;
+    // SAFETY: `hold` only makes system calls on the fds `fds` names, which
+    // outlives the child (we wait for it below before returning); `stack`
+    // is the child's alone and also outlives it. Without CLONE_FILES the
+    // child has its own copy of our fds.
+    let pid = unsafe {
+        libc::clone(hold, top, libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD, fds.as_ptr().cast_mut().cast())
+    };
+    let cloned = Errno::result(pid);
+    nix::sys::signal::pthread_sigmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&old), None)?;
+    let pid = Pid::from_raw(cloned?);
+    let ns = map_and_open(pid, base, count);
+    // The child exits at EOF; reaped here whatever happened, before its
+    // stack goes.
+    drop((hold_r, hold_w));
+    let _ = nix::sys::wait::waitpid(pid, None);
+    drop(stack);
+    ns
+}
+
+/// The child of [`userns_with_map`]: closes its copy of the pipe's write
+/// end, then waits for EOF (the parent closing its own).
+extern "C" fn hold(fds: *mut libc::c_void) -> libc::c_int {
+    let fds = fds.cast::<RawFd>();
+    let mut byte = 0u8;
+    // SAFETY: `fds` points at two fds the parent keeps alive until this
+    // child has exited. Neither call can fail here (the fds are the
+    // child's own copies, signals are blocked), so neither writes errno,
+    // the one thread-local the child shares with the thread that cloned it.
+    unsafe {
+        libc::close(*fds.add(1));
+        libc::read(*fds, (&raw mut byte).cast(), 1);
+    }
+    0
+}
+
+/// The parent's half of [`userns_with_map`].
+fn map_and_open(pid: Pid, base: u32, count: u32) -> Result<OwnedFd, Errno> {
+    let io = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+    let map = format!("0 {base} {count}\n");
+    for file in ["uid_map", "gid_map"] {
+        std::fs::write(format!("/proc/{pid}/{file}"), &map).map_err(io)?;
+    }
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/user")).map_err(io)?;
+    Ok(OwnedFd::from(ns))
+}
+
+/// Which step of a mount made with the new mount API failed, the kernel's
+/// answer, and what the file system wrote to its context's log.
+#[derive(Debug)]
+pub(crate) struct MountApiError {
+    pub(crate) op: &'static str,
+    pub(crate) errno: Errno,
+    pub(crate) log: String,
+}
+
+impl MountApiError {
+    fn new(op: &'static str) -> impl FnOnce(Errno) -> MountApiError {
+        move |errno| MountApiError { op, errno, log: String::new() }
+    }
+}
+
+impl std::fmt::Display for MountApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.op, self.errno)?;
+        if !self.log.is_empty() {
+            write!(f, " ({})", self.log)?;
+        }
+        Ok(())
+    }
+}
+
+fn fd_result(ret: libc::c_long) -> Result<OwnedFd, Errno> {
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    let fd = RawFd::try_from(ret).map_err(|_| Errno::EBADF)?;
+    // SAFETY: on success the kernel returned a fresh fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A detached bind mount of directory `dir` (`open_tree(OPEN_TREE_CLONE)`:
+/// attached to no mount namespace, gone with its last fd) whose files'
+/// owners are seen through the maps of `userns` (`MOUNT_ATTR_IDMAP`).
+pub(crate) fn idmapped_tree(dir: &Path, userns: &impl AsRawFd) -> Result<OwnedFd, MountApiError> {
+    let path = CString::new(dir.as_os_str().as_bytes()).map_err(|_| MountApiError::new("open_tree")(Errno::EINVAL))?;
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
+    // SAFETY: `path` is NUL-terminated and outlives the call.
+    let ret = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+    let tree = fd_result(ret).map_err(MountApiError::new("open_tree"))?;
+    let userns = u64::try_from(userns.as_raw_fd()).map_err(|_| MountApiError::new("mount_setattr")(Errno::EBADF))?;
+    let attr = libc::mount_attr { attr_set: libc::MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd: userns };
+    // SAFETY: the empty path is NUL-terminated, `attr` lives on our stack for
+    // the call and its size is passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    Errno::result(ret).map_err(MountApiError::new("mount_setattr"))?;
+    Ok(tree)
+}
+
+/// What an overlay mount is made of: each lower layer (top first) and the
+/// upper and work directories as fds of directories (`O_RDONLY`), and
+/// more `key=value` options.
+pub(crate) struct OverlayParts<'a> {
+    pub(crate) lowers: Vec<BorrowedFd<'a>>,
+    pub(crate) upper: (BorrowedFd<'a>, BorrowedFd<'a>),
+    pub(crate) options: &'a [(&'a CStr, &'a CStr)],
+}
+
+/// An overlay mount made with the new mount API (`fsopen`, `fsconfig`
+/// with `lowerdir+` etc. given as fds, `fsmount`) and attached nowhere:
+/// the returned fd is its root. Layers given as fds need Linux 6.13.
+/// `attrs` are `MOUNT_ATTR_*` flags.
+pub(crate) fn overlay(parts: &OverlayParts<'_>, attrs: u64) -> Result<OwnedFd, MountApiError> {
+    // SAFETY: the name is NUL-terminated; the result is checked.
+    let fs = fd_result(unsafe { libc::syscall(libc::SYS_fsopen, c"overlay".as_ptr(), libc::FSOPEN_CLOEXEC) })
+        .map_err(MountApiError::new("fsopen overlay"))?;
+    let with_log = |e: MountApiError| MountApiError { log: fs_log(&fs), ..e };
+    let upper = [(c"upperdir", parts.upper.0), (c"workdir", parts.upper.1)];
+    for (key, fd) in parts.lowers.iter().map(|l| (c"lowerdir+", *l)).chain(upper) {
+        fsconfig(&fs, libc::FSCONFIG_SET_FD, key, None, fd.as_raw_fd()).map_err(with_log)?;
+    }
+    for (key, value) in parts.options {
+        fsconfig(&fs, libc::FSCONFIG_SET_STRING, key, Some(value), 0).map_err(with_log)?;
+    }
+    fsconfig(&fs, libc::FSCONFIG_CMD_CREATE, c"", None, 0).map_err(with_log)?;
+    // SAFETY: plain system call on an fd we own.
+    let ret = unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), libc::FSMOUNT_CLOEXEC, attrs) };
+    fd_result(ret).map_err(MountApiError::new("fsmount")).map_err(with_log)
+}
+
+/// `fsconfig(fs, cmd, key, value, aux)`; an empty key is passed as NULL.
+fn fsconfig(
+    fs: &OwnedFd,
+    cmd: libc::c_uint,
+    key: &CStr,
+    value: Option<&CStr>,
+    aux: RawFd,
+) -> Result<(), MountApiError> {
+    let key_ptr = if key.is_empty() { std::ptr::null() } else { key.as_ptr() };
+    let value_ptr = value.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: key and value are NUL-terminated (or NULL where the command
+    // takes none) and outlive the call; `aux` is an fd or 0.
+    let ret = unsafe { libc::syscall(libc::SYS_fsconfig, fs.as_raw_fd(), cmd, key_ptr, value_ptr, aux) };
+    let op = match key.to_bytes() {
+        b"" => "fsconfig create",
+        b"lowerdir+" => "fsconfig lowerdir+",
+        b"upperdir" => "fsconfig upperdir",
+        b"workdir" => "fsconfig workdir",
+        _ => "fsconfig",
+    };
+    Errno::result(ret).map(drop).map_err(MountApiError::new(op))
+}
+
+/// The messages a file system context logged (`e ...`, `w ...`), joined.
+fn fs_log(fs: &OwnedFd) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1024];
+    // Each read returns one message; ENODATA when none is left.
+    while let Ok(n) = nix::unistd::read(fs.as_raw_fd(), &mut buf) {
+        if n == 0 || out.len() > 8 {
+            break;
+        }
+        out.push(String::from_utf8_lossy(&buf[..n]).trim().to_string());
+    }
+    out.join("; ")
 }

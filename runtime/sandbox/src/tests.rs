@@ -67,6 +67,8 @@ fn same_options_same_key_and_every_isolation_option_changes_it() {
         ("rootfs b", with_rootfs(&rb)),
         ("bundle a", with_bundle(&ba)),
         ("bundle b", with_bundle(&bb)),
+        ("user root", SandboxOptions { user: Some("root".into()), ..base.clone() }),
+        ("user by name", SandboxOptions { user: Some("app".into()), ..base.clone() }),
     ];
     let mut seen = vec![("defaults", key)];
     for (what, o) in &changed {

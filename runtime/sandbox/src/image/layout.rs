@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType};
 use sha2::{Digest, Sha256};
 
+use super::Config;
+
 /// Most bytes of an index, manifest or config: real ones are a few KiB.
 const MAX_JSON: u64 = 4 << 20;
 /// Indexes nested deeper than this are refused (real ones nest once).
@@ -21,8 +23,9 @@ pub(crate) struct Layer {
     pub(crate) digest: String,
     /// The blob's size in bytes.
     pub(crate) size: u64,
-    /// The sha256 of the uncompressed tar, from the config's `diff_ids`.
-    pub(crate) diff_id: Option<String>,
+    /// The sha256 of the uncompressed tar (hex), from the config's
+    /// `diff_ids`.
+    pub(crate) diff_id: String,
 }
 
 /// What the sandbox takes from an image.
@@ -32,9 +35,12 @@ pub(crate) struct Image {
     pub(crate) manifest: String,
     /// Bottom layer first.
     pub(crate) layers: Vec<Layer>,
-    /// The config's `Env`.
-    pub(crate) env: Vec<String>,
+    /// The config's `config` fields a box's process is made from.
+    pub(crate) config: Config,
 }
+
+/// The annotation of an index entry that names it (its tag).
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 /// `sha256:<64 hex>` → the hex; anything else (another algorithm, a path
 /// in disguise such as `sha256:../../etc`) is refused.
@@ -97,34 +103,77 @@ fn this_arch() -> &'static str {
     }
 }
 
-/// The index's manifest for linux on this machine's architecture (or the
-/// only one, when it names no platform).
-fn pick(manifests: &[Descriptor]) -> Result<&Descriptor, String> {
-    let fits = |d: &&Descriptor| match d.platform() {
+/// Whether an index entry is for linux on this machine's architecture (or
+/// names no platform).
+fn fits(d: &&Descriptor) -> bool {
+    match d.platform() {
         Some(p) => p.os().to_string() == "linux" && p.architecture().to_string() == this_arch(),
         None => true,
-    };
-    manifests.iter().find(fits).ok_or_else(|| format!("the image index has no linux/{} image", this_arch()))
+    }
 }
 
-/// Reads the image the layout at `layout` holds.
-pub(crate) fn read(layout: &Path) -> Result<Image, String> {
+fn ref_name(d: &Descriptor) -> Option<&str> {
+    d.annotations().as_ref()?.get(REF_NAME).map(String::as_str)
+}
+
+/// The tags of the index's entries, for messages: `a, b (and 1 untagged)`.
+fn tags(manifests: &[Descriptor]) -> String {
+    let mut names: Vec<&str> = manifests.iter().filter_map(ref_name).collect();
+    names.sort_unstable();
+    names.dedup();
+    let untagged = manifests.iter().filter(|d| ref_name(d).is_none()).count();
+    let mut out = if names.is_empty() { "none".to_string() } else { names.join(", ") };
+    if untagged > 0 {
+        out.push_str(&format!(" (and {untagged} untagged)"));
+    }
+    out
+}
+
+/// The top index's entry for this machine: the one tagged `tag`, or with
+/// no tag the only one there is. Several that fit and no tag to choose is
+/// an error listing the tags, never "the first".
+fn pick_top<'a>(manifests: &'a [Descriptor], tag: Option<&str>) -> Result<&'a Descriptor, String> {
+    let named: Vec<&Descriptor> = manifests.iter().filter(|d| tag.is_none_or(|t| ref_name(d) == Some(t))).collect();
+    if let (Some(t), true) = (tag, named.is_empty()) {
+        return Err(format!("no image is tagged {t:?} in its index.json (tags: {})", tags(manifests)));
+    }
+    let fit: Vec<&Descriptor> = named.into_iter().filter(fits).collect();
+    match fit.as_slice() {
+        [] => Err(format!("the image index has no linux/{} image", this_arch())),
+        [one] => Ok(one),
+        many => Err(format!(
+            "its index.json lists {} images{}: pick one with --image LAYOUT:TAG (tags: {})",
+            many.len(),
+            tag.map(|t| format!(" tagged {t:?}")).unwrap_or_default(),
+            tags(manifests)
+        )),
+    }
+}
+
+/// Reads the image the layout at `layout` holds, or with `tag` the one of
+/// its images tagged so.
+pub(crate) fn read(layout: &Path, tag: Option<&str>) -> Result<Image, String> {
     let index_path = layout.join("index.json");
     let meta = std::fs::symlink_metadata(&index_path).map_err(|e| format!("{}: {e}", index_path.display()))?;
     if !meta.is_file() || meta.len() > MAX_JSON {
         return Err(format!("{} is not a file of at most {MAX_JSON} bytes", index_path.display()));
     }
     let text = std::fs::read(&index_path).map_err(|e| format!("read {}: {e}", index_path.display()))?;
-    let mut index = ImageIndex::from_reader(text.as_slice()).map_err(|e| format!("index.json: {e}"))?;
+    let index = ImageIndex::from_reader(text.as_slice()).map_err(|e| format!("index.json: {e}"))?;
+    let mut d = pick_top(index.manifests(), tag)?.clone();
     for _ in 0..MAX_DEPTH {
-        let d = pick(index.manifests())?.clone();
-        match d.media_type() {
-            MediaType::ImageIndex => {
-                let bytes = read_blob(layout, &d)?;
-                index = ImageIndex::from_reader(bytes.as_slice()).map_err(|e| format!("nested index: {e}"))?;
-            }
-            _ => return manifest(layout, &d),
+        if d.media_type() != &MediaType::ImageIndex {
+            return manifest(layout, &d);
         }
+        // A nested index holds one image per platform: this machine's.
+        let bytes = read_blob(layout, &d)?;
+        let nested = ImageIndex::from_reader(bytes.as_slice()).map_err(|e| format!("nested index: {e}"))?;
+        d = nested
+            .manifests()
+            .iter()
+            .find(fits)
+            .ok_or_else(|| format!("the image index has no linux/{} image", this_arch()))?
+            .clone();
     }
     Err(format!("image indexes nested more than {MAX_DEPTH} deep"))
 }
@@ -148,14 +197,23 @@ fn manifest(layout: &Path, d: &Descriptor) -> Result<Image, String> {
         if !(media.contains("layer") || media.contains("rootfs.diff")) {
             return Err(format!("layer sha256 {} has media type {media:?}, not a layer", l.digest()));
         }
-        layers.push(Layer {
-            digest: sha256_hex(l.digest().as_ref())?,
-            size: l.size(),
-            diff_id: Some(sha256_hex(diff)?),
-        });
+        layers.push(Layer { digest: sha256_hex(l.digest().as_ref())?, size: l.size(), diff_id: sha256_hex(diff)? });
     }
-    let env = config.config().as_ref().and_then(|c| c.env().clone()).unwrap_or_default();
-    Ok(Image { manifest: sha256_hex(d.digest().as_ref())?, layers, env })
+    Ok(Image { manifest: sha256_hex(d.digest().as_ref())?, layers, config: process_config(&config) })
+}
+
+/// The fields of the config's `config` the box's process is made from;
+/// empty strings count as unset, as engines read them.
+fn process_config(c: &ImageConfiguration) -> Config {
+    let Some(c) = c.config() else { return Config::default() };
+    let set = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+    Config {
+        env: c.env().clone().unwrap_or_default(),
+        user: set(c.user()),
+        working_dir: set(c.working_dir()),
+        entrypoint: c.entrypoint().clone().unwrap_or_default(),
+        cmd: c.cmd().clone().unwrap_or_default(),
+    }
 }
 
 #[cfg(test)]

@@ -1,30 +1,44 @@
-//! Unpacking one image layer, a tar stream from an archive nobody
-//! reviewed, into a fresh directory of the cache. Runs in the runtime
-//! process, as the host's root, so every step assumes a hostile archive:
+//! Applying one image layer, a tar stream from an archive nobody
+//! reviewed, onto the view of the layers below it, as an engine applies
+//! it: containerd mounts the parent layers' overlay with a fresh upper
+//! directory and unpacks through the merged view, and so do we (module
+//! `layer` makes the view). So a layer that adds `lib/x` over a lower
+//! layer's `lib -> usr/lib` puts `x` in `usr/lib`, and a whiteout is a
+//! deletion in that view (overlayfs records it in the upper directory in
+//! its own format). Runs in the runtime process, as the host's root, so
+//! every step assumes a hostile archive:
 //!
 //! - names are checked before use: absolute names and `..` components are
 //!   refused, never cleaned up into something else;
-//! - every entry is made relative to its parent's fd, reached from the
-//!   layer's root one `O_NOFOLLOW` directory at a time, so a symlink the
-//!   archive planted earlier (`a -> /etc`, then `a/passwd`) is refused, not
-//!   followed; files are made `O_EXCL`, symlinks never followed;
+//! - an entry's parent directory is resolved inside the view
+//!   (`openat2(RESOLVE_IN_ROOT)`, `tinyrun::tree`): a symlink on the way,
+//!   the archive's own or a lower layer's, is followed as the box would
+//!   follow it, and an absolute or `..` link stays inside the image;
+//!   directories missing on the way are made;
+//! - the entry itself is made relative to that parent's fd and never
+//!   followed: whatever had its name is removed without following it,
+//!   files are made `O_EXCL | O_NOFOLLOW`;
 //! - device nodes are skipped (the box's /dev is its own tmpfs), extended
 //!   attributes are ignored (no `security.capability`, no `trusted.overlay.*`
 //!   from an archive), and only permission bits are kept;
 //! - the entries, and the bytes they hold, are capped ([`Limits`]);
-//! - owners are shifted into the box's range of host ids ([`IdShift`]), so
-//!   a file owned by 0 in the image is owned by the box's root inside it.
+//! - owners are the image's own ids, 0 to 65535 (a larger one becomes
+//!   65534, nobody): the cache is the host root's alone, and each box sees
+//!   the layers through an id-mapped mount (module `storage`).
 //!
-//! Whiteouts become overlayfs's own markers, since layers are stacked as
-//! overlay lower directories: `.wh.NAME` a 0:0 character device `NAME`
-//! (which opens nothing: no driver has major 0), `.wh..wh..opq` the
-//! `trusted.overlay.opaque` attribute on its directory.
+//! Whiteouts follow the image spec: `.wh.NAME` hides `NAME` of the layers
+//! below, `.wh..wh..opq` every entry of its directory from the layers
+//! below; neither hides what the same layer adds. The bottom layer has
+//! nothing below it, so its whiteouts hide nothing.
 
-use std::ffi::OsString;
+use std::collections::hash_map::RandomState;
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::hash::BuildHasher;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -32,7 +46,6 @@ use nix::sys::stat::{Mode, SFlag};
 use tar::EntryType;
 
 use crate::ids::BLOCK;
-use crate::sys;
 use tinyrun::tree::{self, Tree};
 
 /// Caps on one layer.
@@ -55,22 +68,14 @@ impl Default for Limits {
 /// Longest entry name accepted (PATH_MAX).
 const MAX_NAME: usize = 4096;
 
-/// Maps an archive's ids into a box's range of host ids: `id` inside is
-/// host id `base + id`; an id above the range becomes the box's nobody.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct IdShift {
-    pub(crate) base: u32,
+/// An archive's id as the cache keeps it: the image's own, if a box's map
+/// (65536 ids) holds it, else nobody.
+fn image_id(id: u64) -> u32 {
+    u32::try_from(id).ok().filter(|i| *i < BLOCK).unwrap_or(65_534)
 }
 
-impl IdShift {
-    pub(crate) fn map(self, id: u64) -> u32 {
-        let inside = u32::try_from(id).ok().filter(|i| *i < BLOCK).unwrap_or(65_534);
-        self.base + inside
-    }
-
-    fn owner(self, h: &tar::Header) -> (u32, u32) {
-        (self.map(h.uid().unwrap_or(0)), self.map(h.gid().unwrap_or(0)))
-    }
+fn owner(h: &tar::Header) -> (u32, u32) {
+    (image_id(h.uid().unwrap_or(0)), image_id(h.gid().unwrap_or(0)))
 }
 
 /// What an unpack did.
@@ -82,11 +87,36 @@ pub(crate) struct Stats {
     pub(crate) devices_skipped: u64,
 }
 
-/// Unpacks the tar stream `r` into the existing, empty directory `dest`.
-pub(crate) fn unpack(r: impl Read, dest: &Path, ids: IdShift, limits: Limits) -> Result<Stats, String> {
-    let root = Tree::open_one_mount(dest).map_err(|e| e.to_string())?;
+/// Where a layer is applied: the view (the layer's own directory, or the
+/// overlay of it over the layers below), and whether there are layers
+/// below for whiteouts to hide.
+pub(crate) struct View<'a> {
+    pub(crate) tree: &'a Tree,
+    pub(crate) has_lower: bool,
+}
+
+/// What this layer made so far, by entry name: a whiteout hides only what
+/// the layers below have. Names are kept as a keyed hash (a million names
+/// of 4 KiB each would not fit in memory); a collision, which only the
+/// archive's own author could aim for, only keeps one of its own entries
+/// from being hidden.
+struct Made {
+    seen: HashSet<u64>,
+    keys: RandomState,
+}
+
+impl Made {
+    fn key<'a>(&self, names: impl IntoIterator<Item = &'a OsStr>) -> u64 {
+        let joined: Vec<&[u8]> = names.into_iter().map(OsStrExt::as_bytes).collect();
+        self.keys.hash_one(joined)
+    }
+}
+
+/// Applies the tar stream `r` onto `view`.
+pub(crate) fn unpack(r: impl Read, view: &View<'_>, limits: Limits) -> Result<Stats, String> {
     let mut archive = tar::Archive::new(r);
     let mut stats = Stats::default();
+    let mut made = Made { seen: HashSet::new(), keys: RandomState::new() };
     for entry in archive.entries().map_err(|e| format!("not a tar archive: {e}"))? {
         let mut entry = entry.map_err(|e| format!("bad tar archive: {e}"))?;
         stats.entries += 1;
@@ -99,7 +129,7 @@ pub(crate) fn unpack(r: impl Read, dest: &Path, ids: IdShift, limits: Limits) ->
         }
         let raw = entry.path_bytes().into_owned();
         let names = entry_names(&raw)?;
-        apply(&root, &mut entry, &names, ids, &mut stats)
+        apply(view, &mut entry, &names, &mut made, &mut stats)
             .map_err(|e| format!("entry {:?}: {e}", String::from_utf8_lossy(&raw)))?;
     }
     Ok(stats)
@@ -130,27 +160,32 @@ fn errno(op: &'static str) -> impl Fn(Errno) -> String {
 }
 
 fn apply(
-    root: &Tree,
+    view: &View<'_>,
     entry: &mut tar::Entry<'_, impl Read>,
     names: &[OsString],
-    ids: IdShift,
+    made: &mut Made,
     stats: &mut Stats,
 ) -> Result<(), String> {
     let h = entry.header().clone();
-    let owner = ids.owner(&h);
+    let owner = owner(&h);
     let mode = Mode::from_bits_truncate(h.mode().unwrap_or(0o644) & 0o7777);
     let kind = h.entry_type();
     let Some((name, parents)) = names.split_last() else {
         // "./": the layer's root directory itself.
         if kind.is_dir() {
-            set_owner_mode(&root.dir(Path::new("/")).map_err(|e| e.to_string())?, owner, mode)?;
+            set_owner_mode(&view.tree.dir(Path::new("/")).map_err(|e| e.to_string())?, owner, mode)?;
         }
         return Ok(());
     };
-    let parent = parent_dir(root, parents, ids.map(0))?;
     if let Some(hidden) = name.as_bytes().strip_prefix(b".wh.") {
-        return whiteout(&parent, hidden, owner);
+        return whiteout(view, parents, hidden, made);
     }
+    if matches!(kind, EntryType::Char | EntryType::Block) {
+        stats.devices_skipped += 1;
+        return Ok(());
+    }
+    let parent = parent_dir(view.tree, parents)?;
+    made.seen.insert(made.key(names.iter().map(OsString::as_os_str)));
     match kind {
         EntryType::Directory => make_dir(&parent, name, owner, mode),
         EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
@@ -165,7 +200,7 @@ fn apply(
         }
         EntryType::Link => {
             let target = entry.link_name_bytes().ok_or("hard link without a target")?.into_owned();
-            hard_link(root, &target, &parent, name, ids)
+            hard_link(view.tree, &target, &parent, name)
         }
         EntryType::Fifo => {
             replace(&parent, name)?;
@@ -174,10 +209,6 @@ fn apply(
                 .map_err(errno("mkfifo"))?;
             tree::chown_at(&parent, name, owner).map_err(errno("chown"))
         }
-        EntryType::Char | EntryType::Block => {
-            stats.devices_skipped += 1;
-            Ok(())
-        }
         // Metadata entries (pax, GNU long names) are read by the tar crate
         // itself; anything else carries nothing a root filesystem needs.
         _ => Ok(()),
@@ -185,7 +216,8 @@ fn apply(
 }
 
 /// A directory entry: an existing directory is kept (layers add to it),
-/// anything else in its place is replaced.
+/// anything else in its place, a symlink included, is replaced (as
+/// containerd and Docker do).
 fn make_dir(parent: &OwnedFd, name: &OsString, owner: (u32, u32), mode: Mode) -> Result<(), String> {
     match tree::lstat_at(parent, name) {
         Ok(st) if tree::kind(&st) == SFlag::S_IFDIR => {}
@@ -226,26 +258,21 @@ fn set_owner_mode(fd: &OwnedFd, (uid, gid): (u32, u32), mode: Mode) -> Result<()
     nix::sys::stat::fchmod(fd.as_raw_fd(), mode).map_err(errno("chmod"))
 }
 
-/// The directory an entry goes in, reached without following any symlink;
-/// directories the archive didn't list are made (0755, the box's root's).
-fn parent_dir(root: &Tree, parents: &[OsString], root_id: u32) -> Result<OwnedFd, String> {
-    let mut dir = root.dir(Path::new("/")).map_err(|e| e.to_string())?;
-    for p in parents {
-        dir = match tree::subdir(&dir, p) {
-            Ok(d) => d,
-            Err(Errno::ENOENT) => {
-                nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), p.as_os_str(), Mode::from_bits_truncate(0o755))
-                    .map_err(errno("mkdir"))?;
-                tree::chown_at(&dir, p, (root_id, root_id)).map_err(errno("chown"))?;
-                tree::subdir(&dir, p).map_err(errno("open directory"))?
-            }
-            Err(Errno::ELOOP | Errno::ENOTDIR) => {
-                return Err(format!("its parent {:?} is a symlink or not a directory", p.to_string_lossy()))
-            }
-            Err(e) => return Err(errno("open directory")(e)),
-        };
+/// The directory an entry goes in, resolved inside the view (symlinks
+/// followed there, never out of it); directories missing on the way are
+/// made (0755, root's), as engines make them.
+fn parent_dir(view: &Tree, parents: &[OsString]) -> Result<OwnedFd, String> {
+    let path: PathBuf = std::iter::once(OsStr::new("/")).chain(parents.iter().map(OsString::as_os_str)).collect();
+    let shown = || path.display().to_string();
+    match view.dir(&path) {
+        Ok(d) => Ok(d),
+        Err(e) if e.errno == Errno::ENOENT => {
+            view.mkdir_all(&path, 0o755).map_err(|e| format!("make its parent {}: {}", shown(), e.errno))?;
+            view.dir(&path).map_err(|e| format!("open its parent {}: {}", shown(), e.errno))
+        }
+        Err(e) if e.errno == Errno::ENOTDIR => Err(format!("its parent {} is not a directory", shown())),
+        Err(e) => Err(format!("open its parent {}: {}", shown(), e.errno)),
     }
-    Ok(dir)
 }
 
 /// Clears the way for a new entry: whatever has the name goes (a later
@@ -254,28 +281,43 @@ fn replace(parent: &OwnedFd, name: &OsString) -> Result<(), String> {
     tree::remove_at(parent, name).map_err(errno("replace"))
 }
 
-fn whiteout(parent: &OwnedFd, hidden: &[u8], owner: (u32, u32)) -> Result<(), String> {
-    if hidden == b".wh..opq" {
-        return sys::fsetxattr(parent, c"trusted.overlay.opaque", b"y").map_err(errno("mark opaque"));
-    }
-    if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.starts_with(b".wh.") {
+/// `.wh.NAME` removes `NAME` from the view, `.wh..wh..opq` every entry of
+/// its directory, except what this layer made itself.
+fn whiteout(view: &View<'_>, parents: &[OsString], hidden: &[u8], made: &Made) -> Result<(), String> {
+    let opaque = hidden == b".wh..opq";
+    if !opaque && (hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.starts_with(b".wh.")) {
         return Err("a whiteout of no valid name".into());
     }
-    let name = OsString::from_vec(hidden.to_vec());
-    replace(parent, &name)?;
-    let dev = nix::sys::stat::makedev(0, 0);
-    nix::sys::stat::mknodat(Some(parent.as_raw_fd()), name.as_os_str(), SFlag::S_IFCHR, Mode::empty(), dev)
-        .map_err(errno("make whiteout"))?;
-    tree::chown_at(parent, &name, owner).map_err(errno("chown"))
+    if !view.has_lower {
+        return Ok(());
+    }
+    let path: PathBuf = std::iter::once(OsStr::new("/")).chain(parents.iter().map(OsString::as_os_str)).collect();
+    let dir = match view.tree.dir(&path) {
+        Ok(d) => d,
+        // Nothing there to hide.
+        Err(e) if matches!(e.errno, Errno::ENOENT | Errno::ENOTDIR) => return Ok(()),
+        Err(e) => return Err(format!("open {}: {}", path.display(), e.errno)),
+    };
+    let names =
+        if opaque { tree::entries(&dir).map_err(errno("list"))? } else { vec![OsString::from_vec(hidden.to_vec())] };
+    for name in names {
+        let key = made.key(parents.iter().map(OsString::as_os_str).chain([name.as_os_str()]));
+        if !made.seen.contains(&key) {
+            replace(&dir, &name)?;
+        }
+    }
+    Ok(())
 }
 
-/// A hard link to an earlier entry of the same layer, found without
-/// following symlinks; `linkat` without AT_SYMLINK_FOLLOW links a symlink
-/// itself, never its target.
-fn hard_link(root: &Tree, target: &[u8], parent: &OwnedFd, name: &OsString, ids: IdShift) -> Result<(), String> {
+/// A hard link to an earlier entry (of this layer or one below), found as
+/// an entry's parent is; `linkat` without AT_SYMLINK_FOLLOW links a
+/// symlink itself, never its target.
+fn hard_link(view: &Tree, target: &[u8], parent: &OwnedFd, name: &OsString) -> Result<(), String> {
     let tnames = entry_names(target)?;
     let (tname, tparents) = tnames.split_last().ok_or("hard link to the layer's root")?;
-    let tdir = parent_dir(root, tparents, ids.map(0))?;
+    let tpath: PathBuf = std::iter::once(OsStr::new("/")).chain(tparents.iter().map(OsString::as_os_str)).collect();
+    let tdir =
+        view.dir(&tpath).map_err(|e| format!("hard link to {:?}: {}", String::from_utf8_lossy(target), e.errno))?;
     match tree::lstat_at(&tdir, tname) {
         Ok(st) if tree::kind(&st) != SFlag::S_IFDIR => {}
         Ok(_) => return Err("hard link to a directory".into()),
