@@ -279,11 +279,17 @@ fn spec_json(
     host_id: u32,
     image_env: Option<&[String]>,
 ) -> Result<Value> {
+    // /work/.local/bin first: what `pip install` puts there runs by name.
+    // PIP_BREAK_SYSTEM_PACKAGES: the host's Python is "externally managed"
+    // (PEP 668), which makes pip refuse even a user install; in the box
+    // the system's packages are a read-only mount nothing can break, and
+    // pip installs into the box's own user site under /work (or a venv).
     let defaults = [
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH=/work/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME=/work",
         "TMPDIR=/tmp",
         "LANG=C.UTF-8",
+        "PIP_BREAK_SYSTEM_PACKAGES=1",
     ];
     let env = merge_env(&defaults, image_env.unwrap_or_default(), &opts.env);
     // Options made cpus positive and finite; `as` saturates anyway.
