@@ -179,11 +179,17 @@ const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
             ),
             Block::Example(
                 "PRESET  MEMORY  CPUS  PIDS  TIMEOUT  TMPFS (each of /tmp, /work)
-nano    128M    0.25    32       5s  32M
-micro   256M    0.5     64      10s  64M
-small   512M    1      128      30s  128M
-medium  1G      2      256      60s  256M
-large   2G      4      512     120s  512M",
+nano    128M    0.25   128       5s  32M
+micro   256M    0.5    256      10s  64M
+small   512M    1      512      30s  128M
+medium  1G      2     1024      60s  256M
+large   2G      4     2048     120s  512M",
+            ),
+            Block::P(
+                "PIDS counts threads as well as processes (the kernel's tasks): the presets leave a threaded \
+                 program room for a few hundred threads while still stopping a fork bomb. A preset's CPUs and \
+                 memory above what the host has are lowered to the host's, with a warning; an explicit --cpus \
+                 or --memory above it is refused.",
             ),
             Block::P("The smallest --memory a box starts with is 8M. Swap is not allowed on top of the limit."),
             Block::P(
@@ -416,7 +422,8 @@ const PAGES: &[Page] = &[
     ),
     (
         &["tinyrun-sandbox"],
-        "See EXIT STATUS above.",
+        // Not shown: the page's reference sections have their own.
+        "",
         &[
             ("tinyrun sandbox run -- python3 -c 'print(2 + 2)'", "a one-shot box"),
             ("id=$(tinyrun sandbox launch --lifetime 2h)", "a persistent box, gone after 2 hours (or 10 idle minutes)"),

@@ -777,3 +777,58 @@ fn an_exec_env_overrides_and_stdin_is_opt_in() {
     sb.raw(&["terminate", &id]).expect_ok("terminate");
     sb.assert_clean("exec env and stdin");
 }
+
+/// A default one-shot box (no image, no venv, no flags): `pip install --user` of a local package
+/// works (the host's Python is "externally managed", PEP 668, which makes pip refuse until the
+/// box says otherwise) and the package imports; plain `pip install` defaults to the user site.
+#[test]
+fn pip_installs_in_a_default_box() {
+    require_root!();
+    let sb = Sbx::new("sbx_pip_default");
+    let pkg = sb.rt.work().join("hello-pkg");
+    std::fs::create_dir_all(pkg.join("hello")).expect("mkdir package");
+    std::fs::write(pkg.join("hello/__init__.py"), "def greet():\n    return 'hello from pip'\n").expect("write");
+    std::fs::write(
+        pkg.join("pyproject.toml"),
+        "[project]\nname = \"hello\"\nversion = \"0.1\"\n[build-system]\nrequires = [\"setuptools\"]\n\
+         build-backend = \"setuptools.build_meta\"\n",
+    )
+    .expect("write");
+    let copy = format!("{}:/work/pkg", pkg.display());
+    let script =
+        "pip install --user --no-index --no-build-isolation /work/pkg >/work/log 2>&1 || { cat /work/log; exit 3; }; \
+                  python3 -c 'import hello; print(hello.greet())'; \
+                  pip install --no-index --no-build-isolation /work/pkg >/work/log 2>&1 || { cat /work/log; exit 4; }; \
+                  echo plain-ok";
+    let o = sb.run(&["--timeout", "120s", "--copy-in", &copy], &["sh", "-c", script]);
+    saw(sb.name, format!("exit {:?}: {:?}", o.code(), o.stdout.trim()));
+    assert!(o.ok(), "pip install in a default box failed\n{o}");
+    assert_eq!(o.stdout, "hello from pip\nplain-ok\n", "{o}");
+    sb.assert_clean("the run");
+}
+
+/// Limits that ask for more than the host has are refused with the host's figure; a negative
+/// size is read as a size, not as a flag; a preset above the host is fitted with a warning; and
+/// the default box runs a program of 200 threads (pids counts threads).
+#[test]
+fn limits_beyond_the_host_are_refused_and_threads_fit() {
+    require_root!();
+    let sb = Sbx::new("sbx_limit_flags");
+    for (flag, value, says) in [
+        ("--cpus", "4096", "this host has"),
+        ("--memory", "100T", "more than this host's"),
+        ("--memory", "-5M", "positive number"),
+    ] {
+        let o = sb.run(&[flag, value], &["true"]);
+        saw(sb.name, format!("{flag} {value}: exit {:?}, {:?}", o.code(), o.stderr.trim()));
+        assert_eq!(o.code(), Some(125), "{flag} {value} was accepted\n{o}");
+        assert!(o.stderr.contains(says), "{flag} {value}: the error does not say {says:?}\n{o}");
+    }
+    let threads = "import threading, time\n\
+                   ts = [threading.Thread(target=time.sleep, args=(0.3,)) for _ in range(200)]\n\
+                   [t.start() for t in ts]; [t.join() for t in ts]; print('threads', len(ts))";
+    let o = sb.run(&[], &["python3", "-c", threads]);
+    saw(sb.name, format!("200 threads: exit {:?}, {:?}", o.code(), o.stdout.trim()));
+    assert!(o.ok() && o.stdout.trim() == "threads 200", "{o}");
+    sb.assert_clean("the runs");
+}

@@ -46,7 +46,7 @@ pub use oci_spec;
 pub use process::title::conceal_cmdline;
 pub use rlimits::raise_nofile;
 pub use seccomp::Filter as SeccompFilter;
-pub use warn::set_warning_sink;
+pub use warn::{set_warning_sink, warn};
 
 /// The runtime-spec version this build implements.
 pub const SPEC_VERSION: &str = oci_spec::runtime::VERSION;

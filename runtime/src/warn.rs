@@ -17,7 +17,9 @@ pub fn set_warning_sink(sink: impl Fn(&str) + Send + Sync + 'static) {
     let _ = SINK.set(Box::new(sink));
 }
 
-pub(crate) fn warn(msg: &str) {
+/// Sends `msg` where [`set_warning_sink`] said (stderr until then). For
+/// what a caller asked that was honoured only in part, never for an error.
+pub fn warn(msg: &str) {
     match SINK.get() {
         Some(sink) => sink(msg),
         None => eprintln!("warning: {msg}"),

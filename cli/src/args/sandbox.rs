@@ -66,21 +66,21 @@ pub(crate) struct SandboxSizeArgs {
     /// size preset: nano, micro, small, medium or large
     #[arg(long = "type", value_name = "PRESET")]
     pub preset: Option<String>,
-    /// memory limit, e.g. 256M or 1G
-    #[arg(long, value_name = "SIZE")]
+    /// memory limit, e.g. 256M or 1G; at most the host's memory
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub memory: Option<String>,
-    /// CPU limit in cores, e.g. 0.5
-    #[arg(long, value_name = "CORES")]
+    /// CPU limit in cores, e.g. 0.5; at most the host's CPUs
+    #[arg(long, value_name = "CORES", allow_hyphen_values = true)]
     pub cpus: Option<f64>,
-    /// most processes at once
-    #[arg(long, value_name = "N")]
+    /// most processes at once, threads included
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
     pub pids: Option<i64>,
     /// wall-clock limit of a run, e.g. 10s or 500ms; given to launch, the box's lifetime unless --lifetime is also
     /// given
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub timeout: Option<String>,
     /// size of the /tmp and /work tmpfs, e.g. 64M
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub tmpfs_size: Option<String>,
     /// use this root filesystem instead of the host's /usr, /bin and /lib (read-only, as the lower layer of an
     /// overlay: nothing is ever written into DIR)

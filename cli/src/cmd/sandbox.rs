@@ -221,15 +221,18 @@ fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
         Some(p) => SandboxOptions::preset(p.parse::<Preset>()?),
         None => SandboxOptions::default(),
     };
+    // A preset on a small host: fitted, with a word. An explicit limit
+    // above the host is refused when the options are validated.
+    for note in o.fit_to_host() {
+        tinyrun::warn(&note);
+    }
     if let Some(m) = &a.memory {
         o.memory = parse_size(m).map_err(|e| anyhow::anyhow!("--memory: {e}"))?;
     }
     if let Some(c) = a.cpus {
-        anyhow::ensure!(c > 0.0 && c.is_finite(), "invalid --cpus {c}: must be above 0");
         o.cpus = c;
     }
     if let Some(p) = a.pids {
-        anyhow::ensure!(p > 0, "invalid --pids {p}: must be above 0");
         o.pids = p;
     }
     if let Some(t) = &a.timeout {

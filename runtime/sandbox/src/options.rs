@@ -6,18 +6,20 @@ use std::time::Duration;
 use super::ids::IdRange;
 use crate::error::{Error, Result};
 
-/// Size presets: each step roughly doubles the one before.
+/// Size presets: each step roughly doubles the one before. `pids` counts
+/// threads too (the kernel's tasks): each leaves a threaded program room
+/// for a few hundred threads, and a fork bomb a few hundred processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Preset {
-    /// 128 MiB, a quarter of a core, 32 pids, 5 s.
+    /// 128 MiB, a quarter of a core, 128 pids, 5 s.
     Nano,
-    /// 256 MiB, half a core, 64 pids, 10 s.
+    /// 256 MiB, half a core, 256 pids, 10 s.
     Micro,
-    /// 512 MiB, one core, 128 pids, 30 s.
+    /// 512 MiB, one core, 512 pids, 30 s.
     Small,
-    /// 1 GiB, two cores, 256 pids, 60 s.
+    /// 1 GiB, two cores, 1024 pids, 60 s.
     Medium,
-    /// 2 GiB, four cores, 512 pids, 120 s.
+    /// 2 GiB, four cores, 2048 pids, 120 s.
     Large,
 }
 
@@ -122,11 +124,11 @@ impl SandboxOptions {
     /// The sizes of `p`, everything else at its hardened default.
     pub fn preset(p: Preset) -> SandboxOptions {
         let (mib, cpus, pids, secs) = match p {
-            Preset::Nano => (128, 0.25, 32, 5),
-            Preset::Micro => (256, 0.5, 64, 10),
-            Preset::Small => (512, 1.0, 128, 30),
-            Preset::Medium => (1024, 2.0, 256, 60),
-            Preset::Large => (2048, 4.0, 512, 120),
+            Preset::Nano => (128, 0.25, 128, 5),
+            Preset::Micro => (256, 0.5, 256, 10),
+            Preset::Small => (512, 1.0, 512, 30),
+            Preset::Medium => (1024, 2.0, 1024, 60),
+            Preset::Large => (2048, 4.0, 2048, 120),
         };
         SandboxOptions {
             memory: mib << 20,
@@ -156,7 +158,34 @@ impl SandboxOptions {
         }
     }
 
-    /// Refuses options no box could start with, naming the option.
+    /// Lowers the CPU and memory limits to what the host has, saying what
+    /// it lowered: for a preset's sizes, which name a class of box, not a
+    /// machine. An explicit limit above the host is refused instead (see
+    /// [`SandboxOptions::validate`]).
+    pub fn fit_to_host(&mut self) -> Vec<String> {
+        let host = Host::read();
+        let mut notes = Vec::new();
+        if self.cpus > host.cpus {
+            notes.push(format!(
+                "the preset's {} CPUs are more than this host's {}: the box gets {}",
+                self.cpus, host.cpus, host.cpus
+            ));
+            self.cpus = host.cpus;
+        }
+        if self.memory > host.memory {
+            notes.push(format!(
+                "the preset's {} MiB of memory are more than this host's {} MiB: the box gets {} MiB",
+                self.memory >> 20,
+                host.memory >> 20,
+                host.memory >> 20
+            ));
+            self.memory = host.memory;
+        }
+        notes
+    }
+
+    /// Refuses options no box could start with, or that ask for more than
+    /// the host has, naming the option.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
         if self.memory < MIN_MEMORY {
@@ -164,6 +193,23 @@ impl SandboxOptions {
                 "invalid --memory: {} bytes is below the minimum of {} MiB a box needs to start",
                 self.memory,
                 MIN_MEMORY >> 20
+            ));
+        }
+        if !(self.cpus > 0.0 && self.cpus.is_finite()) {
+            return bad(format!("invalid --cpus {}: must be above 0", self.cpus));
+        }
+        if self.pids < 1 {
+            return bad(format!("invalid --pids {}: must be at least 1", self.pids));
+        }
+        let host = Host::read();
+        if self.cpus > host.cpus {
+            return bad(format!("invalid --cpus {}: this host has {} CPUs", self.cpus, host.cpus));
+        }
+        if self.memory > host.memory {
+            return bad(format!(
+                "invalid --memory: {} MiB is more than this host's {} MiB of memory",
+                self.memory >> 20,
+                host.memory >> 20
             ));
         }
         if let Some(e) = self.env.iter().find(|e| e.split_once('=').is_none_or(|(n, _)| n.is_empty())) {
@@ -181,9 +227,27 @@ impl SandboxOptions {
     }
 }
 
+/// What the host has, for limits that ask for more.
+struct Host {
+    /// Online CPUs: a quota above them limits nothing.
+    cpus: f64,
+    /// Physical memory, in bytes.
+    memory: u64,
+}
+
+impl Host {
+    fn read() -> Host {
+        let cpus = nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(1).max(1);
+        let memory = nix::sys::sysinfo::sysinfo().map_or(u64::MAX, |s| s.ram_total());
+        #[allow(clippy::cast_precision_loss, reason = "a count of CPUs")]
+        Host { cpus: cpus as f64, memory }
+    }
+}
+
 /// `256M`, `1G`, `512k`, `1024` (bytes); binary multiples, as docker reads them.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let bad = || Error::InvalidArgument(format!("invalid size {s:?}: use a number with an optional k/M/G suffix"));
+    let bad =
+        || Error::InvalidArgument(format!("invalid size {s:?}: use a positive number with an optional k/M/G/T suffix"));
     let t = s.trim();
     let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {
@@ -254,6 +318,20 @@ mod tests {
         assert_eq!(n.memory, 128 << 20);
         assert_eq!(s.memory, 4 * n.memory);
         let d = SandboxOptions::default();
-        assert_eq!((d.memory, d.cpus, d.pids, d.timeout), (256 << 20, 0.5, 64, Duration::from_secs(10)));
+        assert_eq!((d.memory, d.cpus, d.pids, d.timeout), (256 << 20, 0.5, 256, Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn limits_above_the_host_are_refused_or_fitted() {
+        let host = Host::read();
+        let over = SandboxOptions { cpus: host.cpus + 1.0, ..SandboxOptions::default() };
+        assert!(over.validate().unwrap_err().to_string().contains("this host has"), "cpus");
+        let over = SandboxOptions { memory: host.memory.saturating_add(1 << 30), ..SandboxOptions::default() };
+        assert!(over.validate().unwrap_err().to_string().contains("more than this host's"), "memory");
+        let mut big = SandboxOptions { cpus: host.cpus * 4.0, ..SandboxOptions::preset(Preset::Large) };
+        let notes = big.fit_to_host();
+        assert!(!notes.is_empty() && big.cpus == host.cpus, "{notes:?}");
+        assert!(big.validate().is_ok());
+        assert!(SandboxOptions { pids: 0, ..SandboxOptions::default() }.validate().is_err());
     }
 }

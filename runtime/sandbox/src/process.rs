@@ -153,11 +153,18 @@ pub(crate) fn env(config: Option<&Config>, image: bool, user: &User, caller: &[S
         (true, Some(h)) if user.from_image => h,
         (true, _) => user.home.as_deref().unwrap_or("/work"),
     };
+    // $HOME/.local/bin first: what `pip install` puts there runs by name.
+    // PIP_BREAK_SYSTEM_PACKAGES: a host's or image's Python may be
+    // "externally managed" (PEP 668), which makes pip refuse even a user
+    // install; in the box the system's packages are a read-only mount (or
+    // the box's own overlay) that nothing of the host's depends on, and pip
+    // installs into the box's own user site (or a venv).
     let defaults = [
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        format!("PATH={home}/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
         format!("HOME={home}"),
         "TMPDIR=/tmp".to_string(),
         "LANG=C.UTF-8".to_string(),
+        "PIP_BREAK_SYSTEM_PACKAGES=1".to_string(),
     ];
     merge_env(&defaults, image_env, caller)
 }
@@ -255,7 +262,10 @@ mod tests {
         let img = Config { env: s(&["PATH=/img", "HOME=/root", "TMPDIR=/x", "A=1"]), ..Config::default() };
         let default_user = User { uid: 1000, gid: 1000, groups: vec![], home: None, from_image: false };
         let e = env(Some(&img), true, &default_user, &s(&["A=2"]));
-        assert_eq!(e, s(&["PATH=/img", "HOME=/work", "TMPDIR=/tmp", "LANG=C.UTF-8", "A=2"]));
+        assert_eq!(
+            e,
+            s(&["PATH=/img", "HOME=/work", "TMPDIR=/tmp", "LANG=C.UTF-8", "PIP_BREAK_SYSTEM_PACKAGES=1", "A=2"])
+        );
         let image_user = User { from_image: true, ..default_user.clone() };
         assert!(env(Some(&img), true, &image_user, &[]).contains(&"HOME=/root".to_string()));
         let homed = User { home: Some("/home/user".into()), ..default_user.clone() };
