@@ -699,7 +699,7 @@ fn an_exec_leaves_its_background_children_running() {
         let boxes = pool();
         boxes.len() == 1 && boxes.iter().all(|b| b["state"] == "idle")
     });
-    sb.raw(&["pool", "drain"]).expect_ok("pool drain");
+    sb.raw(&["pool", "drain", "--all"]).expect_ok("pool drain --all");
     saw(sb.name, format!("run --pool: {vp} in {took:?}"));
     assert_eq!(vp["pool"], "hit", "{p}");
     assert_eq!((vp["exit_code"].as_i64(), vp["stdout"]["text"].as_str()), (Some(0), Some("z\n")), "{p}");
