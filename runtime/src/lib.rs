@@ -18,6 +18,7 @@ mod idmap;
 mod lifecycle;
 mod lsm;
 mod mempolicy;
+pub mod mountinfo;
 mod namespaces;
 mod personality;
 mod process;

@@ -281,10 +281,8 @@ pub(crate) fn release(dir: &Path) -> Result<()> {
 
 /// The mount points at or below `dir`, outermost first.
 fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>> {
-    let info = Path::new("/proc/self/mountinfo");
-    let text = std::fs::read_to_string(info).map_err(|e| Error::io("read", info, e))?;
-    let mut points: Vec<PathBuf> =
-        text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| p.starts_with(dir)).collect();
+    let table = tinyrun::mountinfo::read().map_err(|e| Error::io("read", "/proc/self/mountinfo", e))?;
+    let mut points: Vec<PathBuf> = table.into_iter().map(|m| m.mount_point).filter(|p| p.starts_with(dir)).collect();
     points.sort_by_key(|p| p.components().count());
     Ok(points)
 }
@@ -304,38 +302,4 @@ fn detach_outermost(points: &[PathBuf]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// mountinfo's octal escapes (`\040` for a space, ...).
-fn unescape(field: &str) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let oct =
-            b.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
-        match (b[i], oct) {
-            (b'\\', Some(c)) => {
-                out.push(c);
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_read() {
-        assert_eq!(unescape("/a\\040b/c\\134d"), PathBuf::from("/a b/c\\d"));
-        assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
-    }
 }
