@@ -20,6 +20,7 @@ mod lsm;
 mod mempolicy;
 pub mod mountinfo;
 mod namespaces;
+pub mod os;
 mod personality;
 mod process;
 mod rlimits;

@@ -11,12 +11,13 @@
 //! /lib* and a few /etc files, size-capped tmpfs at /tmp and /work,
 //! memory/CPU/pids limits, a seccomp allowlist, and a wall-clock timeout
 //! enforced from outside.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod boxfs;
 mod boxlock;
 mod copy;
+mod detach;
 mod error;
 mod gc;
 mod idle;
@@ -34,7 +35,6 @@ mod run;
 mod spec;
 mod stdio;
 mod storage;
-mod sys;
 mod tombstone;
 mod wait;
 mod writes;

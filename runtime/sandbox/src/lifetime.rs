@@ -23,8 +23,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::detach;
 use crate::error::{Error, Result};
-use crate::sys::{self, Forked};
 
 const EXPIRES: &str = "expires";
 
@@ -162,7 +162,7 @@ const TICK: Duration = Duration::from_millis(500);
 /// before we tried the lock.
 ///
 /// # Preconditions
-/// The caller is single-threaded (see `sys::fork`).
+/// The caller is single-threaded (see `detach::fork`).
 pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
     let path = lock_file(root);
     // 0600: a file others could open, they could flock, and keep the
@@ -174,36 +174,49 @@ pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
         .mode(0o600)
         .open(&path)
         .map_err(|e| Error::io("open", &path, e))?;
-    if !sys::try_lock(&file).map_err(|e| Error::io("lock", &path, e.into()))? {
+    if !try_lock(&file).map_err(|e| Error::io("lock", &path, e))? {
         // Held: a reaper runs.
         return Ok(());
     }
-    match sys::fork().map_err(Error::sys("fork"))? {
-        // The child holds the lock through its copy of the open file; ours
-        // is closed without unlocking (that would release it for both).
-        Forked::Parent(_) => Ok(()),
-        Forked::Child => {
-            // Nobody waits for us: our own session, no terminal, none of
-            // the caller's files (its stdout may be a pipe it reads to EOF).
-            let _ = nix::unistd::setsid();
-            // Our command line is the caller's, secrets and all, and we
-            // may live for hours: no reaper rather than one that shows it.
-            if tinyrun::conceal_cmdline(c"tinyrun-reaper").is_err() {
-                sys::exit_child(1);
-            }
-            sys::detach_stdio(&[file.as_fd()]);
-            // Nor the caller's working directory, which it may unmount.
-            let _ = nix::unistd::chdir("/");
-            // A caller waiting for a box may have blocked SIGTERM and
-            // friends; the reaper answers them as any process does.
-            let _ = nix::sys::signal::sigprocmask(
-                nix::sys::signal::SigmaskHow::SIG_SETMASK,
-                Some(&nix::sys::signal::SigSet::empty()),
-                None,
-            );
-            reap_until_none_left(root, &file)
-        }
+    // The child holds the lock through its copy of the open file; ours
+    // is closed without unlocking (that would release it for both).
+    if !detach::fork()? {
+        return Ok(());
     }
+    // Nobody waits for us.
+    detach::detach(&[file.as_fd()]);
+    // Our command line is the caller's, secrets and all, and we
+    // may live for hours: no reaper rather than one that shows it.
+    if tinyrun::conceal_cmdline(c"tinyrun-reaper").is_err() {
+        detach::exit(1);
+    }
+    // Nor the caller's working directory, which it may unmount.
+    let _ = nix::unistd::chdir("/");
+    // A caller waiting for a box may have blocked SIGTERM and
+    // friends; the reaper answers them as any process does.
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
+    reap_until_none_left(root, &file)
+}
+
+/// `flock(LOCK_EX | LOCK_NB)`: true if we now hold the lock, false if
+/// another open file holds it. The lock belongs to the open file, so it
+/// lasts while any duplicate of it (a forked child's) stays open.
+fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
+    use rustix::fs::{flock, FlockOperation};
+    match flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `flock(LOCK_UN)`: releases the lock for every duplicate of the file.
+fn unlock(file: &std::fs::File) -> std::io::Result<()> {
+    Ok(rustix::fs::flock(file, rustix::fs::FlockOperation::Unlock)?)
 }
 
 /// How often the reaper collects the root's garbage (module `gc`).
@@ -227,13 +240,13 @@ fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
         let Some(next) = deadlines() else {
             // Leave; but a box launched while we looked saw our lock and
             // relies on us: look again once the lock is released.
-            if sys::unlock(lock).is_err() || deadlines().is_none() {
-                sys::exit_child(0);
+            if unlock(lock).is_err() || deadlines().is_none() {
+                detach::exit(0);
             }
-            match sys::try_lock(lock) {
+            match try_lock(lock) {
                 Ok(true) => continue,
                 // Another reaper has started: it sees the box.
-                _ => sys::exit_child(0),
+                _ => detach::exit(0),
             }
         };
         // A box still past its deadline is one that could not be purged:

@@ -38,7 +38,7 @@
 //! are private mounts, so none propagates to another mount namespace.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -50,7 +50,6 @@ use nix::sys::stat::{Mode, SFlag};
 use crate::error::{Error, Result};
 use crate::ids::BLOCK;
 use crate::spec::SANDBOX_UID;
-use crate::sys;
 use tinyrun::tree::{self, Tree};
 
 /// The tmpfs under a box's bundle dir.
@@ -168,7 +167,7 @@ pub(crate) enum Lower<'a> {
 ///
 /// # Preconditions
 /// The caller is single-threaded: an id map's user namespace is made by a
-/// forked child (`sys::userns_with_map`).
+/// cloned child (`tinyrun::os::userns_with_map`).
 pub(crate) fn mount_overlay(dir: &Path, lower: Lower<'_>) -> Result<PathBuf> {
     let scratch = dir.join(SCRATCH);
     let rootfs = dir.join("rootfs");
@@ -210,9 +209,9 @@ pub(crate) fn mount_overlay(dir: &Path, lower: Lower<'_>) -> Result<PathBuf> {
 /// One id-mapped, detached mount of `dir`, and each layer as an fd on it
 /// (one mount for them all: each mount costs a grace period when it goes).
 fn mapped_layers(dir: &Path, layers: &[OsString], base: u32) -> Result<(OwnedFd, Vec<OwnedFd>)> {
-    let userns =
-        sys::userns_with_map(base, BLOCK).map_err(Error::sys("make a user namespace holding the box's id map"))?;
-    let tree = sys::idmapped_tree(dir, &userns).map_err(|e| {
+    let userns = tinyrun::os::userns_with_map(base, BLOCK)
+        .map_err(|e| Error::Sys { op: "make a user namespace holding the box's id map", errno: e.errno })?;
+    let tree = tinyrun::os::idmapped_tree(dir, userns.as_fd()).map_err(|e| {
         Error::Image(format!(
             "id-map {} for the box: {e} (the kernel or the file system refuses id-mapped mounts: tmpfs takes them \
              from Linux 6.3, ext4, xfs and btrfs from 5.12)",

@@ -82,7 +82,7 @@ fn wait_capturing(
 ) -> Result<Waited> {
     // Readable once the command has ended.
     let pidfd = match &*child {
-        Child::Own(pid) => Some(crate::sys::pidfd_open(*pid).map_err(Error::sys("pidfd_open"))?),
+        Child::Own(pid) => Some(tinyrun::os::pidfd_open(*pid).map_err(|e| Error::sys("pidfd_open")(e.errno))?),
         Child::Agent(_) => None,
     };
     let sigfd = nix::sys::signalfd::SignalFd::with_flags(

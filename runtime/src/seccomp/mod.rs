@@ -435,4 +435,6 @@ fn invalid(field: impl std::fmt::Display, why: impl std::fmt::Display) -> Runtim
 }
 
 #[cfg(test)]
+mod profile_tests;
+#[cfg(test)]
 mod tests;

@@ -27,8 +27,8 @@ use sha2::{Digest, Sha256};
 
 use super::cache::{remove_tree, Cache};
 use super::layout::{self, Layer};
+use super::overlay;
 use super::unpack::{self, Limits, View};
-use crate::sys;
 use tinyrun::tree::{self, Tree};
 
 /// Applies layer `l` of the layout at `layout`, whose chain id is `chain`,
@@ -82,12 +82,13 @@ fn view(cache: &Cache, below: &[String], upper: &Path, work: &Path) -> Result<Tr
         .map_err(|e| format!("chmod {}: {e}", upper.display()))?;
     let off: &[(&std::ffi::CStr, &std::ffi::CStr)] =
         &[(c"redirect_dir", c"off"), (c"metacopy", c"off"), (c"index", c"off")];
-    let parts = sys::OverlayParts {
+    let parts = overlay::Parts {
         lowers: lowers.iter().map(AsFd::as_fd).collect(),
         upper: (up.as_fd(), wk.as_fd()),
         options: off,
     };
-    let mnt = sys::overlay(&parts, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV)
+    let attrs = rustix::mount::MountAttrFlags::MOUNT_ATTR_NOSUID | rustix::mount::MountAttrFlags::MOUNT_ATTR_NODEV;
+    let mnt = overlay::mount(&parts, attrs)
         .map_err(|e| format!("mount the layers below as an overlay to apply it onto: {e} (needs Linux 6.13)"))?;
     Ok(Tree::from_mount(mnt, upper))
 }

@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use super::options::SandboxOptions;
 use super::run::launch;
+use crate::detach;
 use crate::error::{Error, Result};
 use crate::lifetime::deadline_ms;
-use crate::sys::{self, Forked};
 pub(crate) use claim::Claim;
 pub use record::PoolOptions;
 use record::{Record, Take};
@@ -326,31 +326,29 @@ pub(crate) fn take_keyed(root: &Path, key: &str, timeout: Duration) -> Result<Op
 /// fill` left a record for the key.
 ///
 /// # Preconditions
-/// The caller is single-threaded (see `sys::fork`).
+/// The caller is single-threaded (see `detach::fork`).
 pub(crate) fn recycle_detached(root: &Path, key: &str, used: Option<&str>) -> Result<()> {
     let filled = record::read(root, key).is_some();
     if used.is_none() && !filled {
         return Ok(());
     }
     let remove = || used.map_or(Ok(()), |id| super::run::terminate(root, id));
-    let forked = match sys::fork() {
-        Ok(f) => f,
+    let child = match detach::fork() {
+        Ok(c) => c,
         // No child to do it: remove the used box here, so it never lingers.
         Err(_) => return remove(),
     };
-    if let Forked::Child = forked {
+    if child {
         // Nothing is left to report to: the caller has its answer.
-        let _ = nix::unistd::setsid();
+        detach::detach(&[]);
         // The caller's command line (its --env values too) is not ours to
         // show for as long as a refill takes: without a title of our own,
         // the used box is removed but nothing is refilled.
         let concealed = tinyrun::conceal_cmdline(c"tinyrun-pool").is_ok();
-        // Our stdout may be the caller's pipe: don't hold it open.
-        sys::detach_stdio(&[]);
         let removed = remove();
         // A key nobody filled (or one drained since) is not refilled.
         let refilled = if filled && concealed { refill(root, key, Take::Wait).map(drop) } else { Ok(()) };
-        sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));
+        detach::exit(i32::from(removed.is_err() || refilled.is_err()));
     }
     Ok(())
 }
