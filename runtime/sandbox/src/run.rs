@@ -18,7 +18,8 @@ use super::wait::{finish, Child, Interrupts, Scope};
 use crate::error::{Error, Result};
 pub use crate::result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
 use tinyrun::{
-    AgentCommand, AgentStdio, ContainerState, CreateOptions, ExecOptions, ProcessOverrides, Runtime, RuntimeError,
+    ContainerState, ExecOptions, Init, ProcessOverrides, ResidentCommand, ResidentStdio, Runtime, RuntimeError,
+    Supervised,
 };
 
 /// Where boxes' compiled seccomp programs are kept, one per profile: every
@@ -117,17 +118,15 @@ pub fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: bool) ->
         let mut io = Stdio::direct(capture, opts.interactive)?;
         // The box dies with this process, even by SIGKILL: nothing would
         // be left to enforce its timeout.
-        let create = CreateOptions {
-            bundle: bundle.clone(),
-            detach: true,
+        let how = Supervised {
             stdio: Some(io.fds()),
             die_with_runtime: true,
             loopback: opts.loopback,
             seccomp_cache: Some(seccomp_cache(root)),
             cgroup_v1_controllers: box_controllers(),
-            ..Default::default()
+            init: Init::Program,
         };
-        let mut c = rt.create(&id, &create)?;
+        let mut c = rt.create_supervised(&id, &bundle, &how)?;
         io.started();
         let pid = Pid::from_raw(c.pid());
         egress(root, &id, c.pid(), opts)?;
@@ -258,22 +257,20 @@ pub fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result<String
         let devnull =
             std::fs::OpenOptions::new().read(true).write(true).open(null).map_err(|e| Error::io("open", null, e))?;
         let fd = devnull.as_raw_fd();
-        let create = CreateOptions {
-            bundle: bundle.clone(),
-            detach: true,
+        let how = Supervised {
             stdio: Some([fd, fd, fd]),
+            die_with_runtime: false,
             loopback: opts.loopback,
             seccomp_cache: Some(seccomp_cache(root)),
-            agent: true,
             cgroup_v1_controllers: box_controllers(),
-            ..Default::default()
+            init: Init::Resident,
         };
         // Written before the box runs: a box that exists always has one.
         crate::lifetime::set(root, &id, opts.lifetime.unwrap_or(crate::DEFAULT_LIFETIME))?;
         if let Some(t) = opts.idle_timeout {
             crate::idle::set(root, &id, t)?;
         }
-        let mut c = rt.create(&id, &create)?;
+        let mut c = rt.create_supervised(&id, &bundle, &how)?;
         egress(root, &id, c.pid(), opts)?;
         c.start()?;
         crate::lifetime::ensure_reaper(root)
@@ -401,7 +398,7 @@ fn spawned(r: Result<Child>) -> Result<Option<Child>> {
 }
 
 /// The result of a command whose deadline passed before it started: it is
-/// killed whenever it would have (see `tinyrun::AgentProcess`).
+/// killed whenever it would have (see `tinyrun::ResidentProcess`).
 fn timed_out(started: Instant) -> SandboxResult {
     SandboxResult {
         timed_out: true,
@@ -415,7 +412,7 @@ fn timed_out(started: Instant) -> SandboxResult {
 /// forked by the box's resident init, or, in a box without one, made by
 /// `exec`.
 fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio) -> Result<Child> {
-    let agent = AgentCommand {
+    let program = ResidentCommand {
         args: cmd.to_vec(),
         env: how.env.to_vec(),
         cwd: None,
@@ -423,8 +420,10 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio)
         deadline: Some(how.deadline),
     };
     let drain = io.drained();
-    match rt.agent_spawn(id, &agent, &AgentStdio { fds: io.fds(), drain: &drain }) {
-        Ok(p) => return Ok(Child::Agent(p)),
+    let stdio = ResidentStdio { fds: io.fds(), drain: &drain };
+    match rt.resident(id).and_then(|r| r.spawn(&program, &stdio)) {
+        Ok(p) => return Ok(Child::Resident(p)),
+        // A box made before resident inits: `exec`.
         Err(RuntimeError::InvalidState(_)) => {}
         Err(e) => return Err(e.into()),
     }

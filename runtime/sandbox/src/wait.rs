@@ -24,7 +24,7 @@ pub(super) enum Child {
     /// Ours: the box's init, or a process `exec` made.
     Own(Pid),
     /// One the box's resident init forked for us.
-    Agent(tinyrun::AgentProcess),
+    Resident(tinyrun::ResidentProcess),
 }
 
 /// How the command ended.
@@ -44,9 +44,9 @@ impl Child {
                 WaitStatus::Signaled(_, sig, _) => Some(Ended::Signaled(sig.as_str().to_string())),
                 _ => None,
             },
-            Child::Agent(p) => match p.wait().ok()?? {
-                tinyrun::AgentExit::Exited(code) => Some(Ended::Exited(code)),
-                tinyrun::AgentExit::Signaled(n) => Some(Ended::Signaled(
+            Child::Resident(p) => match p.wait().ok()?? {
+                tinyrun::ResidentExit::Exited(code) => Some(Ended::Exited(code)),
+                tinyrun::ResidentExit::Signaled(n) => Some(Ended::Signaled(
                     nix::sys::signal::Signal::try_from(n)
                         .map_or_else(|_| format!("signal {n}"), |s| s.as_str().to_string()),
                 )),
@@ -83,7 +83,7 @@ fn wait_capturing(
     // Readable once the command has ended.
     let pidfd = match &*child {
         Child::Own(pid) => Some(tinyrun::os::pidfd_open(*pid).map_err(|e| Error::sys("pidfd_open")(e.errno))?),
-        Child::Agent(_) => None,
+        Child::Resident(_) => None,
     };
     let sigfd = nix::sys::signalfd::SignalFd::with_flags(
         &Interrupts::set(),
@@ -97,7 +97,7 @@ fn wait_capturing(
     loop {
         if let Some(e) = ended.take() {
             // A resident init's program: the output there is now, no more.
-            if matches!(child, Child::Agent(_)) {
+            if matches!(child, Child::Resident(_)) {
                 for (fd, is_err) in &pipes {
                     let sink = if *is_err { &mut res.stderr } else { &mut res.stdout };
                     for _ in 0..64 {
@@ -128,7 +128,7 @@ fn wait_capturing(
         if ended.is_none() {
             let end = match (&pidfd, &*child) {
                 (Some(fd), _) => fd.as_fd(),
-                (None, Child::Agent(p)) => p.as_fd(),
+                (None, Child::Resident(p)) => p.as_fd(),
                 (None, Child::Own(_)) => return Err(Error::InvalidState("no handle on the command".into())),
             };
             fds.push(PollFd::new(end, PollFlags::POLLIN));
@@ -268,7 +268,7 @@ pub(super) fn finish(
 /// (`child`'s cgroup, or the session of our own `child`).
 fn kill_scope(rt: &Runtime, id: &str, scope: Scope, child: &Child) -> Result<()> {
     match (scope, child) {
-        (Scope::Command, Child::Agent(p)) => p.kill(),
+        (Scope::Command, Child::Resident(p)) => p.kill(),
         (Scope::Command, Child::Own(pid)) => kill_session(rt, id, *pid),
         (Scope::Box, _) => match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
             Ok(()) | Err(RuntimeError::NotRunning) => {}

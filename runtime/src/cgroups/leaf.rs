@@ -1,5 +1,5 @@
 //! A leaf cgroup of its own for each program a resident init runs
-//! (`Runtime::agent_spawn`), so that the program and everything it starts
+//! (`Resident::spawn`), so that the program and everything it starts
 //! (a `setsid`, a double fork, a daemon) can be told apart from the rest of
 //! the container and killed as one: cgroup v2's `cgroup.kill`, or on v1 a
 //! freezer leaf frozen, SIGKILLed member by member and thawed.
@@ -127,13 +127,20 @@ pub(crate) struct Leaf {
 }
 
 impl Cgroup {
-    /// Makes a new leaf under the container's cgroup (v1: under its
-    /// freezer cgroup) and opens it for init; removes leaves no one holds.
-    pub(crate) fn make_leaf(&self) -> Result<Leaf> {
+    /// Where leaves of the container's cgroup are made (v1: under its
+    /// freezer cgroup), and whether that is cgroup v2.
+    pub(crate) fn leaf_parent(&self) -> (PathBuf, bool) {
         let v2 = self.layout == Layout::Unified;
-        let parent = if v2 { self.v2_dir() } else { self.v1_dir("freezer") };
-        sweep(&parent);
-        let dir = new_dir(&parent)?;
+        (if v2 { self.v2_dir() } else { self.v1_dir("freezer") }, v2)
+    }
+}
+
+impl Leaf {
+    /// Makes a new leaf under `parent` (a [`Cgroup::leaf_parent`]) and
+    /// opens it for init; removes leaves no one holds.
+    pub(crate) fn make(parent: &Path, v2: bool) -> Result<Leaf> {
+        sweep(parent);
+        let dir = new_dir(parent)?;
         let made = (|| {
             let file = std::fs::File::open(&dir).map_err(io_err("open", &dir))?;
             let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io_err("lock", &dir)(e.into()))?;
@@ -244,7 +251,9 @@ mod tests {
             std::fs::create_dir_all(&parent).unwrap();
             // A tempdir has no cgroupfs files: opening them fails, and the
             // leaf made meanwhile is removed again.
-            let e = cg.make_leaf().unwrap_err().to_string();
+            let (at, v2) = cg.leaf_parent();
+            assert_eq!((at.as_path(), v2), (parent.as_path(), layout == Layout::Unified));
+            let e = Leaf::make(&at, v2).unwrap_err().to_string();
             let want = if layout == Layout::Unified { "cgroup.procs" } else { "tasks" };
             assert!(e.contains(want), "{e}");
             assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0, "{layout:?}: nothing left");
