@@ -48,8 +48,7 @@ use nix::mount::{MntFlags, MsFlags};
 use nix::sys::stat::{Mode, SFlag};
 
 use crate::error::{Error, Result};
-use crate::ids::BLOCK;
-use crate::spec::SANDBOX_UID;
+use crate::ids::{BLOCK, SANDBOX_UID};
 use tinyrun::tree::{self, Tree};
 
 /// The tmpfs under a box's bundle dir.
@@ -57,12 +56,6 @@ pub(crate) const SCRATCH: &str = "scratch";
 const UPPER: &str = "upper";
 const OVL_WORK: &str = "ovl";
 const WORK: &str = "work";
-
-/// Where bundles live: `<root>/sandbox-bundles/<id>`; the runtime root of
-/// a bundle dir.
-pub(crate) fn state_root(bundle: &Path) -> &Path {
-    bundle.parent().and_then(Path::parent).unwrap_or(Path::new("/"))
-}
 
 fn mount_error<'a>(what: &'static str, target: &'a Path) -> impl FnOnce(Errno) -> Error + 'a {
     move |e| Error::io(what, target, e.into())

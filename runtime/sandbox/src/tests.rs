@@ -97,7 +97,7 @@ fn a_profile_that_does_not_parse_is_an_error() {
 
 #[test]
 fn output_is_utf8_text_or_lossless_base64() {
-    use crate::run::Output;
+    use crate::result::Output;
     let json =
         |bytes: &[u8], truncated: bool| serde_json::to_value(Output { bytes: bytes.to_vec(), truncated }).unwrap();
     assert_eq!(json(b"hi\n", false), json!({"text": "hi\n", "encoding": "utf-8", "truncated": false}));

@@ -14,13 +14,13 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
-use super::run::{Output, SandboxResult};
-use super::stdio::{drain, Stdio};
 use crate::error::{Error, Result};
+use crate::result::{Output, SandboxResult};
+use crate::stdio::{drain, Stdio};
 use tinyrun::{Runtime, RuntimeError};
 
 /// The process a box runs the command as.
-pub(super) enum Child {
+pub(crate) enum Child {
     /// Ours: the box's init, or a process `exec` made.
     Own(Pid),
     /// One the box's resident init forked for us.
@@ -191,7 +191,7 @@ fn drain_now(fd: &OwnedFd, sink: &mut Output, cap: usize, capture: bool, is_err:
 
 /// What to kill when the deadline passes or we are told to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Scope {
+pub(crate) enum Scope {
     /// The whole box (a one-shot or pooled run).
     Box,
     /// The command's own: its cgroup, for a program of the box's resident
@@ -204,7 +204,7 @@ pub(super) enum Scope {
 /// stop; in the last two cases `scope` is killed. Then reads the box's
 /// usage.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn finish(
+pub(crate) fn finish(
     rt: &Runtime,
     id: &str,
     mut child: Child,
@@ -303,7 +303,7 @@ fn session_of(pid: i32) -> Option<i32> {
 
 /// SIGINT, SIGTERM and SIGHUP, blocked while a box runs so they can be
 /// read from a signalfd and turned into "kill the box and clean up".
-pub(super) struct Interrupts(nix::sys::signal::SigSet);
+pub(crate) struct Interrupts(nix::sys::signal::SigSet);
 
 impl Interrupts {
     fn set() -> nix::sys::signal::SigSet {
@@ -314,7 +314,7 @@ impl Interrupts {
         s
     }
 
-    pub(super) fn block() -> Result<Interrupts> {
+    pub(crate) fn block() -> Result<Interrupts> {
         let mut old = nix::sys::signal::SigSet::empty();
         nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&Self::set()), Some(&mut old))
             .map_err(Error::sys("sigprocmask"))?;

@@ -225,7 +225,7 @@ fn victims<'a>(layers: &'a [Entry], in_use: &std::collections::HashSet<String>, 
 /// can't be read pins nothing; its box's layers are found again by the
 /// next eviction once it can.
 fn recorded(root: &Path) -> std::collections::HashSet<String> {
-    let bundles = root.join("sandbox-bundles");
+    let bundles = crate::layout::bundles(root);
     let Ok(dir) = std::fs::read_dir(&bundles) else { return Default::default() };
     dir.flatten()
         .filter_map(|b| std::fs::read_to_string(b.path().join(RECORD)).ok())
