@@ -52,7 +52,7 @@ impl Container {
             Some(StartReply::Failed(e)) => return Err(RuntimeError::Init(e)),
             // runc's start, which its init told to go on before running
             // these hooks, succeeds and runs poststart; the spec would
-            // fail it and skip them (README, Hooks).
+            // fail it and skip them (tinyrun-oci(7), HOOKS).
             Some(StartReply::HookFailed(e)) => {
                 crate::warn::warn(&format!("{e}; the container's process was not run"));
                 "stopped"
