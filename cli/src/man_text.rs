@@ -16,7 +16,7 @@ const STATE_FILES: &str = "/run/tinyrun (or the directory given with --root): th
 
 const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): sandbox/ (the boxes' container state; a \
      launched box's holds agent.sock, 0600, where its resident init takes the programs exec and run --pool ask \
-     for), \
+     for, and resident.json, 0600, the cgroup directory their cgroups are made in), \
      sandbox-bundles/ (their bundles and generated roots; a launched box's deadline is sandbox-bundles/ID/expires, \
      in unix milliseconds, and its idle timeout sandbox-bundles/ID/idle, touched by every command that uses the \
      box; a pooled box taken by a run has sandbox/ID/claimed: the run's deadline, pid and start \

@@ -18,7 +18,9 @@ mod idmap;
 mod lifecycle;
 mod lsm;
 mod mempolicy;
+pub mod mountinfo;
 mod namespaces;
+pub mod os;
 mod personality;
 mod process;
 mod rlimits;
@@ -38,8 +40,8 @@ pub use error::{CgroupError, InitError, MountCall, Object, Reason, Result, Runti
 pub use exe::reexec_sealed;
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
-    check_id, load_process, AgentCommand, AgentExit, AgentProcess, AgentStdio, Container, ContainerState,
-    CreateOptions, ExecOptions, ProcessOverrides, RunOptions, Runtime, Status, Usage,
+    check_id, load_process, Container, ContainerState, CreateOptions, ExecOptions, Init, ProcessOverrides, Resident,
+    ResidentCommand, ResidentExit, ResidentProcess, ResidentStdio, RunOptions, Runtime, Status, Supervised, Usage,
 };
 pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;

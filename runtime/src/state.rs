@@ -24,9 +24,12 @@ pub(crate) const STATE_FILE: &str = "state.json";
 pub(crate) const CONFIG_FILE: &str = "config.json";
 /// The socket init waits on until `start`; it exists only while `created`.
 pub(crate) const START_SOCKET: &str = "start.sock";
-/// The socket a resident init (`CreateOptions::agent`) takes requests on,
+/// The socket a resident init (`Init::Resident`) takes requests on,
 /// for as long as it lives.
 pub(crate) const AGENT_SOCKET: &str = "agent.sock";
+/// Where a resident init's programs' cgroups go (`lifecycle::resident`),
+/// written by `create` so that running a program reads nothing else.
+pub(crate) const RESIDENT_FILE: &str = "resident.json";
 /// The compiled seccomp filter of config.json's profile, for `exec` to
 /// reuse (see `seccomp::Filter::from_cache`).
 pub(crate) const SECCOMP_FILE: &str = "seccomp.bpf";
@@ -61,7 +64,7 @@ pub(crate) struct Record {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cgroup_paths: BTreeMap<String, String>,
     /// The v1 controllers whose hierarchies the cgroup was kept to
-    /// (`CreateOptions::cgroup_v1_controllers`); absent: every mounted one.
+    /// (`Supervised::cgroup_v1_controllers`); absent: every mounted one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_controllers: Option<Vec<String>>,
     /// Device and inode of init's executable while it waits for `start`
@@ -192,7 +195,7 @@ impl StateDir {
 
     fn remove_known(&self) -> std::io::Result<()> {
         let pid = std::process::id();
-        for name in [STATE_FILE, CONFIG_FILE, START_SOCKET, AGENT_SOCKET, SECCOMP_FILE] {
+        for name in [STATE_FILE, CONFIG_FILE, START_SOCKET, AGENT_SOCKET, RESIDENT_FILE, SECCOMP_FILE] {
             for file in [name.to_string(), format!(".{name}.{pid}")] {
                 match std::fs::remove_file(self.dir.join(file)) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),

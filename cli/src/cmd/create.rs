@@ -26,13 +26,6 @@ pub(crate) fn options(cli: &Cli, a: &CreateArgs, detach: bool, log: &Logger) -> 
         systemd_cgroup: cli.systemd_cgroup,
         rootless_cgroups: super::rootless_cgroups(cli)?,
         detach,
-        stdio: None,
-        die_with_runtime: false,
-        loopback: false,
-        seccomp_cache: None,
-        agent: false,
-        // runc's way: every mounted hierarchy.
-        cgroup_v1_controllers: None,
     })
 }
 

@@ -36,7 +36,7 @@ use nix::fcntl::OFlag;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::spec::SANDBOX_UID;
+use crate::ids::SANDBOX_UID;
 use crate::storage::SCRATCH;
 use tinyrun::tree::{self, FileId, Tree};
 

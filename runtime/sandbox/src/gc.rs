@@ -21,27 +21,27 @@ use std::path::Path;
 
 use crate::boxlock;
 use crate::ids::Allocator;
+use crate::layout::{self, names};
+use crate::teardown::remove_box;
 
 /// One pass over the root.
 pub(crate) fn collect(root: &Path) {
     stopped_one_shots(root);
     partial_boxes(root);
-    crate::lifetime::reap_expired(root);
+    crate::expiry::reap_expired(root);
     crate::tombstone::prune(root);
-    crate::pool::collect(root);
-    let _ = Allocator::new(root).collect(&crate::run::box_exists(root));
-    let _ = crate::net::collect(root, &crate::run::box_exists(root));
+    crate::keys::collect(root);
+    let _ = Allocator::new(root).collect(&layout::box_exists(root));
+    let _ = crate::net::collect(root, &layout::box_exists(root));
 }
 
 /// Removes one-shot boxes that have stopped and whose supervisor is gone
 /// (a live one holds the box's lock until it has removed the box).
 fn stopped_one_shots(root: &Path) {
-    let rt = tinyrun::Runtime::new(root.join("sandbox"));
-    let Ok(all) = rt.list() else { return };
-    for s in all.into_iter().filter(|s| s.id.starts_with(crate::run::ONE_SHOT) && s.status == tinyrun::Status::Stopped)
-    {
+    let Ok(all) = layout::runtime(root).list() else { return };
+    for s in all.into_iter().filter(|s| s.id.starts_with(layout::ONE_SHOT) && s.status == tinyrun::Status::Stopped) {
         if let Ok(Some(lock)) = boxlock::try_lock(root, &s.id) {
-            let _ = crate::run::remove_box(root, &s.id, &lock);
+            let _ = remove_box(root, &s.id, &lock);
         }
     }
 }
@@ -49,7 +49,7 @@ fn stopped_one_shots(root: &Path) {
 /// Removes every box that is only partly there and that nobody is making
 /// or removing.
 fn partial_boxes(root: &Path) {
-    let (state, bundles) = (root.join("sandbox"), root.join("sandbox-bundles"));
+    let (state, bundles) = (root.join("sandbox"), layout::bundles(root));
     let ids: BTreeSet<String> = names(&state).into_iter().chain(names(&bundles)).collect();
     for id in ids.iter().filter(|id| tinyrun::check_id(id).is_ok() && !whole(root, id)) {
         let Ok(Some(lock)) = boxlock::try_lock(root, id) else { continue };
@@ -57,21 +57,14 @@ fn partial_boxes(root: &Path) {
         if whole(root, id) {
             continue;
         }
-        let _ = crate::run::remove_box(root, id, &lock);
+        let _ = remove_box(root, id, &lock);
     }
 }
 
 /// Whether box `id` has all its parts: a bundle dir, and a state dir with
 /// the runtime's record.
 fn whole(root: &Path, id: &str) -> bool {
-    root.join("sandbox").join(id).join("state.json").exists() && root.join("sandbox-bundles").join(id).exists()
-}
-
-/// The entries of `dir` (none if it can't be read), less dot files.
-pub(crate) fn names(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| !n.starts_with('.')).collect())
-        .unwrap_or_default()
+    layout::state(root, id).join("state.json").exists() && layout::bundle(root, id).exists()
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use nix::sys::time::TimeSpec;
 use crate::error::{Error, Result};
 
 fn file(root: &Path, id: &str) -> PathBuf {
-    root.join("sandbox-bundles").join(id).join("idle")
+    crate::layout::bundle(root, id).join("idle")
 }
 
 /// Gives box `id` an idle timeout of `timeout`, counted from now.

@@ -30,6 +30,10 @@ use crate::error::{Error, Result};
 /// Host ids per box: container ids 0..65535.
 pub(crate) const BLOCK: u32 = 65_536;
 
+/// Inside the box the program runs as this user, mapped (with the rest of
+/// ids 0..65535) to the box's own range of host ids (the rest of this module).
+pub(crate) const SANDBOX_UID: u32 = 1000;
+
 /// Where the records live under the runtime root.
 const DIR: &str = "sandbox-ids";
 

@@ -1,30 +1,16 @@
-//! A launched box's lifetime: when it ends the box is terminated and
-//! purged, whether or not any tinyrun command is running then. So is a box
-//! that no command has touched for its idle timeout (module `idle`). A
-//! box that ends so leaves a tombstone (module `tombstone`), so commands
-//! that name it later say when and why it went.
-//!
-//! Two mechanisms, so one failing leaves the other:
-//! - the deadline is written into the box's bundle dir (`expires`, unix
-//!   milliseconds), where every later sandbox command of the root looks
-//!   (`reap_expired`): a box past it is purged before anything else;
-//! - `launch` makes sure the root has a reaper: one small forked child per
-//!   root, in a session of its own, which purges each box at its deadline
-//!   and exits when no box of the root has one left.
-//!
-//! A pooled box taken by a run is claimed (module `pool`); the claim holds
-//! the run's own deadline, and the box lives until that one too has passed,
-//! or until the run is seen dead. The reaper also refills the root's pools
-//! (replacing boxes that expired unused) and collects the garbage of boxes
-//! whose maker died (module `gc`).
+//! A launched box's lifetime, as records in its bundle dir: its deadline
+//! (`expires`, unix milliseconds), and when it may be purged given a run's
+//! claim on it (module `claim`). Who enforces them: every sandbox command
+//! of the root purges the boxes past theirs first (module `expiry`), and
+//! the root's reaper purges each at its deadline (module `reaper`); so one
+//! mechanism failing leaves the other. A box that no command has touched
+//! for its idle timeout goes the same way (module `idle`).
 
-use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::claim::{self, Claim};
 use crate::error::{Error, Result};
-use crate::sys::{self, Forked};
 
 const EXPIRES: &str = "expires";
 
@@ -40,7 +26,7 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// that holds it kills it at that deadline and purges it itself.
 const CLAIM_GRACE: Duration = Duration::from_secs(5);
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
@@ -54,7 +40,7 @@ fn read_ms(p: &Path) -> Option<u64> {
 }
 
 fn expires_file(root: &Path, id: &str) -> PathBuf {
-    root.join("sandbox-bundles").join(id).join(EXPIRES)
+    crate::layout::bundle(root, id).join(EXPIRES)
 }
 
 /// Records box `id`'s deadline, `lifetime` from now; returns it (unix
@@ -70,19 +56,6 @@ pub(crate) fn set(root: &Path, id: &str, lifetime: Duration) -> Result<u64> {
     Ok(at)
 }
 
-/// Sets the lifetime launched box `id` has left to `lifetime` from now
-/// (longer or shorter than before), and touches it; returns its new
-/// deadline in unix milliseconds. A box that has expired stays expired.
-pub fn extend(root: &Path, id: &str, lifetime: Duration) -> Result<u64> {
-    let _touch = crate::run::live_box(root, id)?.2;
-    if expires(root, id).is_none() {
-        return Err(Error::InvalidArgument(format!(
-            "sandbox {id} has no lifetime to extend (it is not a launched box)"
-        )));
-    }
-    set(root, id, lifetime)
-}
-
 /// Box `id`'s deadline in unix milliseconds, if it has one.
 pub(crate) fn expires(root: &Path, id: &str) -> Option<u64> {
     read_ms(&expires_file(root, id))
@@ -95,162 +68,14 @@ pub(crate) fn remaining(root: &Path, id: &str) -> Option<Duration> {
 
 /// When box `id` may be purged: its deadline, or later while a run that
 /// claimed it may still be using it. `None` if it has no deadline.
-fn purge_at(root: &Path, id: &str) -> Option<u64> {
+pub(crate) fn purge_at(root: &Path, id: &str) -> Option<u64> {
     let own = expires(root, id)?;
-    Some(match crate::pool::claim(root, id) {
-        crate::pool::Claim::Free => own,
-        crate::pool::Claim::Until(t) => own.max(t.saturating_add(u64::try_from(CLAIM_GRACE.as_millis()).unwrap_or(0))),
+    Some(match claim::read(root, id) {
+        Claim::Free => own,
+        Claim::Until(t) => own.max(t.saturating_add(u64::try_from(CLAIM_GRACE.as_millis()).unwrap_or(0))),
         // Nobody will use it, nor remove it.
-        crate::pool::Claim::Abandoned => 0,
+        Claim::Abandoned => 0,
     })
-}
-
-/// The next moment box `id` may have to be purged: [`purge_at`], or the
-/// end of its idle timeout if sooner.
-fn next_at(root: &Path, id: &str) -> Option<u64> {
-    let idle = crate::idle::deadline(root, id).map(|(t, _)| t);
-    match (purge_at(root, id), idle) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// Purges every box of `root` whose lifetime or idle timeout has ended,
-/// leaving a tombstone for each launched one. Errors are left for the next
-/// command: one box that can't be purged must not stop the others, or the
-/// caller's command.
-pub(crate) fn reap_expired(root: &Path) {
-    let now = now_ms();
-    for id in names(&root.join("sandbox-bundles")) {
-        let launched = crate::pool::key_of(&id).is_none();
-        if purge_at(root, &id).is_some_and(|t| t <= now) {
-            if launched {
-                let at = expires(root, &id).unwrap_or(now);
-                crate::tombstone::record(root, &id, at, "its lifetime ended");
-            }
-            let _ = crate::run::terminate(root, &id);
-        } else if let Some((at, timeout)) = crate::idle::deadline(root, &id).filter(|(t, _)| *t <= now) {
-            // Not while a command runs in it; held until it is gone, so
-            // none starts meanwhile.
-            let Some(_quiet) = crate::idle::quiet(root, &id) else { continue };
-            let why = format!("no command touched it for {}", humantime::format_duration(timeout));
-            crate::tombstone::record(root, &id, at, &why);
-            let _ = crate::run::terminate(root, &id);
-        }
-    }
-}
-
-/// Where the root's reaper holds its lock (an `flock`, for as long as it
-/// runs).
-fn lock_file(root: &Path) -> PathBuf {
-    root.join("sandbox-reaper.lock")
-}
-
-/// How often the reaper looks for a deadline it doesn't know yet (a box
-/// launched since it last looked).
-const TICK: Duration = Duration::from_millis(500);
-
-/// Makes sure the root has a reaper running: a detached child, one per
-/// root, that purges each box of the root when its lifetime ends, and
-/// exits once no box of the root has a deadline. Call it after writing a
-/// box's deadline.
-///
-/// The reaper holds an exclusive `flock` on [`lock_file`] while it runs.
-/// If the lock is free here, there is no reaper and one is started; if it
-/// is held, the reaper will see this box's deadline: it only exits after
-/// releasing the lock and finding no deadline left, and ours was written
-/// before we tried the lock.
-///
-/// # Preconditions
-/// The caller is single-threaded (see `sys::fork`).
-pub(crate) fn ensure_reaper(root: &Path) -> Result<()> {
-    let path = lock_file(root);
-    // 0600: a file others could open, they could flock, and keep the
-    // root from ever having a reaper.
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| Error::io("open", &path, e))?;
-    if !sys::try_lock(&file).map_err(|e| Error::io("lock", &path, e.into()))? {
-        // Held: a reaper runs.
-        return Ok(());
-    }
-    match sys::fork().map_err(Error::sys("fork"))? {
-        // The child holds the lock through its copy of the open file; ours
-        // is closed without unlocking (that would release it for both).
-        Forked::Parent(_) => Ok(()),
-        Forked::Child => {
-            // Nobody waits for us: our own session, no terminal, none of
-            // the caller's files (its stdout may be a pipe it reads to EOF).
-            let _ = nix::unistd::setsid();
-            // Our command line is the caller's, secrets and all, and we
-            // may live for hours: no reaper rather than one that shows it.
-            if tinyrun::conceal_cmdline(c"tinyrun-reaper").is_err() {
-                sys::exit_child(1);
-            }
-            sys::detach_stdio(&[file.as_fd()]);
-            // Nor the caller's working directory, which it may unmount.
-            let _ = nix::unistd::chdir("/");
-            // A caller waiting for a box may have blocked SIGTERM and
-            // friends; the reaper answers them as any process does.
-            let _ = nix::sys::signal::sigprocmask(
-                nix::sys::signal::SigmaskHow::SIG_SETMASK,
-                Some(&nix::sys::signal::SigSet::empty()),
-                None,
-            );
-            reap_until_none_left(root, &file)
-        }
-    }
-}
-
-/// How often the reaper collects the root's garbage (module `gc`).
-const GC_EVERY: Duration = Duration::from_secs(5);
-
-/// The reaper's loop: purge what has expired, refill the pools, sleep
-/// until the next deadline (or a tick), and leave when no box has a
-/// deadline.
-fn reap_until_none_left(root: &Path, lock: &std::fs::File) -> ! {
-    let deadlines = || names(&root.join("sandbox-bundles")).iter().filter_map(|id| next_at(root, id)).min();
-    let mut collected = std::time::Instant::now();
-    let mut failed = crate::pool::Backoff::new();
-    loop {
-        if collected.elapsed() >= GC_EVERY {
-            crate::gc::collect(root);
-            collected = std::time::Instant::now();
-        } else {
-            reap_expired(root);
-        }
-        crate::pool::refill_all(root, &mut failed);
-        let Some(next) = deadlines() else {
-            // Leave; but a box launched while we looked saw our lock and
-            // relies on us: look again once the lock is released.
-            if sys::unlock(lock).is_err() || deadlines().is_none() {
-                sys::exit_child(0);
-            }
-            match sys::try_lock(lock) {
-                Ok(true) => continue,
-                // Another reaper has started: it sees the box.
-                _ => sys::exit_child(0),
-            }
-        };
-        // A box still past its deadline is one that could not be purged:
-        // try again at the next tick, not at once.
-        let left = match next.saturating_sub(now_ms()) {
-            0 => TICK,
-            ms => Duration::from_millis(ms).min(TICK),
-        };
-        std::thread::sleep(left);
-    }
-}
-
-/// The entries of `dir` (none if it can't be read).
-fn names(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

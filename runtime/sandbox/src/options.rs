@@ -1,10 +1,10 @@
 //! Sizes, presets and the options a sandbox is made from.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::ids::IdRange;
 use crate::error::{Error, Result};
+use crate::ids::IdRange;
 
 /// Size presets: each step roughly doubles the one before. `pids` counts
 /// threads too (the kernel's tasks): each leaves a threaded program room
@@ -87,7 +87,7 @@ pub struct SandboxOptions {
     /// in the box root's /etc/passwd and /etc/group.
     pub user: Option<String>,
     /// `--copy-in`: host files put into the box before the command runs.
-    pub copy_in: Vec<crate::copy::CopyIn>,
+    pub copy_in: Vec<CopyIn>,
     /// The cap on the bytes of all `--copy-in`s together.
     pub copy_limit: u64,
     /// `--report-writes`: the box directory whose new and changed files
@@ -149,7 +149,7 @@ impl SandboxOptions {
             image_cache_size: None,
             user: None,
             copy_in: Vec::new(),
-            copy_limit: crate::copy::DEFAULT_COPY_LIMIT,
+            copy_limit: DEFAULT_COPY_LIMIT,
             report_writes: None,
             lifetime: None,
             idle_timeout: None,
@@ -287,6 +287,33 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
         .ok()
         .filter(|d| !d.is_zero())
         .ok_or_else(|| Error::InvalidArgument(format!("invalid duration {s:?}: use e.g. 10s, 500ms, 2m")))
+}
+
+/// The default cap on the bytes of one copy (or of all `--copy-in`s of a
+/// box together).
+pub const DEFAULT_COPY_LIMIT: u64 = 1 << 30;
+/// `--copy-in SRC:DST`: host path SRC becomes box path DST.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyIn {
+    /// On the host.
+    pub src: PathBuf,
+    /// In the box, absolute.
+    pub dst: PathBuf,
+}
+
+impl std::str::FromStr for CopyIn {
+    type Err = Error;
+
+    /// `SRC:DST`, split at the last colon (a host path may have colons).
+    fn from_str(s: &str) -> Result<CopyIn> {
+        let bad = |why: &str| Error::InvalidArgument(format!("invalid --copy-in {s:?}: {why} (use HOSTPATH:/BOXPATH)"));
+        let (src, dst) = s.rsplit_once(':').ok_or_else(|| bad("no colon"))?;
+        if src.is_empty() || !dst.starts_with('/') {
+            return Err(bad("the box path must be absolute"));
+        }
+        tinyrun::tree::components(Path::new(dst)).map_err(|e| bad(&e))?;
+        Ok(CopyIn { src: src.into(), dst: dst.into() })
+    }
 }
 
 #[cfg(test)]

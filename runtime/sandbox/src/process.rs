@@ -28,10 +28,9 @@ use nix::fcntl::OFlag;
 use tinyrun::tree::Tree;
 
 use crate::error::{Error, Result};
-use crate::ids::BLOCK;
+use crate::ids::{BLOCK, SANDBOX_UID};
 use crate::image::Config;
 use crate::passwd;
-use crate::spec::SANDBOX_UID;
 
 /// Who the box's process runs as, inside the box.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,9 +1,11 @@
 //! The result of a command in a box, as `--json` prints it: a stable,
 //! versioned format documented in tinyrun-sandbox(8).
 
+use std::time::Instant;
+
 use serde::Serialize;
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 
 /// The version of the `--json` result's format. Raised when a field
 /// changes meaning or goes away; new fields don't raise it.
@@ -149,4 +151,25 @@ impl SandboxResult {
             _ => TINYRUN_FAILED,
         }
     }
+}
+/// With `--json`, a command that could not be executed (126) or was not
+/// found (127) is a result, as a shell reports it, not a failure of ours.
+pub(crate) fn not_run_as_result(r: Result<SandboxResult>, capture: bool, started: Instant) -> Result<SandboxResult> {
+    match r {
+        Err(e) if capture => match e.exec_status() {
+            Some(status) => {
+                let mut res = SandboxResult::not_run(status, &e);
+                res.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                Ok(res)
+            }
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// `res` with what `--report-writes` saw, if it watched.
+pub(crate) fn with_writes(mut res: SandboxResult, watch: Option<crate::writes::Watch>) -> Result<SandboxResult> {
+    res.writes = watch.map(crate::writes::Watch::report).transpose()?;
+    Ok(res)
 }

@@ -5,17 +5,13 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::ids::BLOCK;
-use super::options::SandboxOptions;
 use crate::error::{Error, Result};
+use crate::ids::{BLOCK, SANDBOX_UID};
 use crate::image::{self, Config, Source};
+use crate::options::SandboxOptions;
 use crate::process::{self, BoxRoot, User};
 use crate::storage::{self, Lower, RootKind};
 use tinyrun::tree::Tree;
-
-/// Inside the box the program runs as this user, mapped (with the rest of
-/// ids 0..65535) to the box's own range of host ids (see [`super::ids`]).
-pub(crate) const SANDBOX_UID: u32 = 1000;
 
 /// Host directories that make up the default root, bind-mounted read-only
 /// (or reproduced as symlinks where the host has merged /usr).
@@ -152,7 +148,7 @@ fn make_root(dir: &Path, root: Root, opts: &SandboxOptions, host_id: u32) -> Res
             Ok((rootfs, None))
         }
         Root::Image(src) => {
-            let state = storage::state_root(dir);
+            let state = crate::layout::root_of(dir);
             let cache_size = opts.image_cache_size.unwrap_or_else(|| image::default_cache_size(state));
             let target = image::Target { root: state, bundle: dir, limits: image::Limits::default(), cache_size };
             let img = image::prepare(&src, &target)?;

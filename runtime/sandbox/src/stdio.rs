@@ -26,7 +26,7 @@ use crate::result::Output;
 const FEED_BUF: usize = 64 << 10;
 
 /// The command's stdio, and our ends of it.
-pub(super) struct Stdio {
+pub(crate) struct Stdio {
     /// The box's fds 0, 1 and 2, as raw numbers (some may be ours).
     fds: [RawFd; 3],
     /// The box's ends that we made, closed once the box has its copies.
@@ -67,7 +67,7 @@ fn set_nonblocking(fd: &OwnedFd) -> Result<()> {
 impl Stdio {
     /// For a one-shot box's init: our fds when not capturing, pipes when
     /// capturing; stdin ours only if `interactive`.
-    pub(super) fn direct(capture: bool, interactive: bool) -> Result<Stdio> {
+    pub(crate) fn direct(capture: bool, interactive: bool) -> Result<Stdio> {
         let mut s = Stdio { fds: [0, 1, 2], given: Vec::new(), out: None, err: None, feed: None, capture };
         if !interactive {
             let null = dev_null()?;
@@ -82,7 +82,7 @@ impl Stdio {
 
     /// For a program a resident init runs: pipes only (see the module
     /// doc).
-    pub(super) fn piped(capture: bool, interactive: bool) -> Result<Stdio> {
+    pub(crate) fn piped(capture: bool, interactive: bool) -> Result<Stdio> {
         let mut s = Stdio { fds: [0, 1, 2], given: Vec::new(), out: None, err: None, feed: None, capture };
         let stdin = if interactive {
             let (r, w) = pipe()?;
@@ -109,18 +109,18 @@ impl Stdio {
     }
 
     /// What the box's fds 0, 1 and 2 become.
-    pub(super) fn fds(&self) -> [RawFd; 3] {
+    pub(crate) fn fds(&self) -> [RawFd; 3] {
         self.fds
     }
 
     /// The read ends a resident init empties once we are done.
-    pub(super) fn drained(&self) -> Vec<RawFd> {
+    pub(crate) fn drained(&self) -> Vec<RawFd> {
         [&self.out, &self.err].into_iter().flatten().map(AsRawFd::as_raw_fd).collect()
     }
 
     /// The box has its copies: ours of its ends close, so reads see end
     /// of file once the box is done with them.
-    pub(super) fn started(&mut self) {
+    pub(crate) fn started(&mut self) {
         self.given.clear();
     }
 }
@@ -128,7 +128,7 @@ impl Stdio {
 /// Copies what is readable on `fd` into `sink` (kept up to `cap`), or
 /// onto our own stdout (stderr if `is_err`) when not capturing; false at
 /// end of file.
-pub(super) fn drain(fd: &OwnedFd, sink: &mut Output, cap: usize, capture: bool, is_err: bool) -> bool {
+pub(crate) fn drain(fd: &OwnedFd, sink: &mut Output, cap: usize, capture: bool, is_err: bool) -> bool {
     use std::io::Write;
     let mut buf = [0u8; 16 * 1024];
     match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
@@ -158,7 +158,7 @@ pub(super) fn drain(fd: &OwnedFd, sink: &mut Output, cap: usize, capture: bool, 
 }
 
 /// Our stdin, copied into the box's stdin pipe as the box reads it.
-pub(super) struct Feed {
+pub(crate) struct Feed {
     /// The pipe's write end (non-blocking); `None` once closed.
     to: Option<OwnedFd>,
     buf: Vec<u8>,
@@ -169,18 +169,18 @@ pub(super) struct Feed {
 impl Feed {
     /// Whether to poll our stdin (room to read into) or the pipe (bytes
     /// to write).
-    pub(super) fn wants(&self) -> (bool, bool) {
+    pub(crate) fn wants(&self) -> (bool, bool) {
         let open = self.to.is_some();
         (open && !self.eof && self.buf.is_empty(), open && !self.buf.is_empty())
     }
 
     /// The pipe's write end, while open.
-    pub(super) fn pipe(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+    pub(crate) fn pipe(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.to.as_ref().map(AsFd::as_fd)
     }
 
     /// Our stdin is readable.
-    pub(super) fn read_ours(&mut self) {
+    pub(crate) fn read_ours(&mut self) {
         let mut buf = vec![0u8; FEED_BUF];
         match nix::unistd::read(0, &mut buf) {
             Ok(0) | Err(Errno::EBADF) => self.eof = true,
@@ -191,7 +191,7 @@ impl Feed {
     }
 
     /// The pipe has room.
-    pub(super) fn write_box(&mut self) {
+    pub(crate) fn write_box(&mut self) {
         let Some(to) = &self.to else { return };
         match nix::unistd::write(to, &self.buf) {
             Ok(n) => {

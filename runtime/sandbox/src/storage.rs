@@ -38,7 +38,7 @@
 //! are private mounts, so none propagates to another mount namespace.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -48,9 +48,7 @@ use nix::mount::{MntFlags, MsFlags};
 use nix::sys::stat::{Mode, SFlag};
 
 use crate::error::{Error, Result};
-use crate::ids::BLOCK;
-use crate::spec::SANDBOX_UID;
-use crate::sys;
+use crate::ids::{BLOCK, SANDBOX_UID};
 use tinyrun::tree::{self, Tree};
 
 /// The tmpfs under a box's bundle dir.
@@ -58,12 +56,6 @@ pub(crate) const SCRATCH: &str = "scratch";
 const UPPER: &str = "upper";
 const OVL_WORK: &str = "ovl";
 const WORK: &str = "work";
-
-/// Where bundles live: `<root>/sandbox-bundles/<id>`; the runtime root of
-/// a bundle dir.
-pub(crate) fn state_root(bundle: &Path) -> &Path {
-    bundle.parent().and_then(Path::parent).unwrap_or(Path::new("/"))
-}
 
 fn mount_error<'a>(what: &'static str, target: &'a Path) -> impl FnOnce(Errno) -> Error + 'a {
     move |e| Error::io(what, target, e.into())
@@ -168,7 +160,7 @@ pub(crate) enum Lower<'a> {
 ///
 /// # Preconditions
 /// The caller is single-threaded: an id map's user namespace is made by a
-/// forked child (`sys::userns_with_map`).
+/// cloned child (`tinyrun::os::userns_with_map`).
 pub(crate) fn mount_overlay(dir: &Path, lower: Lower<'_>) -> Result<PathBuf> {
     let scratch = dir.join(SCRATCH);
     let rootfs = dir.join("rootfs");
@@ -210,9 +202,9 @@ pub(crate) fn mount_overlay(dir: &Path, lower: Lower<'_>) -> Result<PathBuf> {
 /// One id-mapped, detached mount of `dir`, and each layer as an fd on it
 /// (one mount for them all: each mount costs a grace period when it goes).
 fn mapped_layers(dir: &Path, layers: &[OsString], base: u32) -> Result<(OwnedFd, Vec<OwnedFd>)> {
-    let userns =
-        sys::userns_with_map(base, BLOCK).map_err(Error::sys("make a user namespace holding the box's id map"))?;
-    let tree = sys::idmapped_tree(dir, &userns).map_err(|e| {
+    let userns = tinyrun::os::userns_with_map(base, BLOCK)
+        .map_err(|e| Error::Sys { op: "make a user namespace holding the box's id map", errno: e.errno })?;
+    let tree = tinyrun::os::idmapped_tree(dir, userns.as_fd()).map_err(|e| {
         Error::Image(format!(
             "id-map {} for the box: {e} (the kernel or the file system refuses id-mapped mounts: tmpfs takes them \
              from Linux 6.3, ext4, xfs and btrfs from 5.12)",
@@ -281,10 +273,8 @@ pub(crate) fn release(dir: &Path) -> Result<()> {
 
 /// The mount points at or below `dir`, outermost first.
 fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>> {
-    let info = Path::new("/proc/self/mountinfo");
-    let text = std::fs::read_to_string(info).map_err(|e| Error::io("read", info, e))?;
-    let mut points: Vec<PathBuf> =
-        text.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).filter(|p| p.starts_with(dir)).collect();
+    let table = tinyrun::mountinfo::read().map_err(|e| Error::io("read", "/proc/self/mountinfo", e))?;
+    let mut points: Vec<PathBuf> = table.into_iter().map(|m| m.mount_point).filter(|p| p.starts_with(dir)).collect();
     points.sort_by_key(|p| p.components().count());
     Ok(points)
 }
@@ -304,38 +294,4 @@ fn detach_outermost(points: &[PathBuf]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// mountinfo's octal escapes (`\040` for a space, ...).
-fn unescape(field: &str) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let oct =
-            b.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
-        match (b[i], oct) {
-            (b'\\', Some(c)) => {
-                out.push(c);
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_read() {
-        assert_eq!(unescape("/a\\040b/c\\134d"), PathBuf::from("/a b/c\\d"));
-        assert_eq!(unescape("/plain"), PathBuf::from("/plain"));
-    }
 }

@@ -14,17 +14,17 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
-use super::run::{Output, SandboxResult};
-use super::stdio::{drain, Stdio};
 use crate::error::{Error, Result};
+use crate::result::{Output, SandboxResult};
+use crate::stdio::{drain, Stdio};
 use tinyrun::{Runtime, RuntimeError};
 
 /// The process a box runs the command as.
-pub(super) enum Child {
+pub(crate) enum Child {
     /// Ours: the box's init, or a process `exec` made.
     Own(Pid),
     /// One the box's resident init forked for us.
-    Agent(tinyrun::AgentProcess),
+    Resident(tinyrun::ResidentProcess),
 }
 
 /// How the command ended.
@@ -44,9 +44,9 @@ impl Child {
                 WaitStatus::Signaled(_, sig, _) => Some(Ended::Signaled(sig.as_str().to_string())),
                 _ => None,
             },
-            Child::Agent(p) => match p.wait().ok()?? {
-                tinyrun::AgentExit::Exited(code) => Some(Ended::Exited(code)),
-                tinyrun::AgentExit::Signaled(n) => Some(Ended::Signaled(
+            Child::Resident(p) => match p.wait().ok()?? {
+                tinyrun::ResidentExit::Exited(code) => Some(Ended::Exited(code)),
+                tinyrun::ResidentExit::Signaled(n) => Some(Ended::Signaled(
                     nix::sys::signal::Signal::try_from(n)
                         .map_or_else(|_| format!("signal {n}"), |s| s.as_str().to_string()),
                 )),
@@ -82,8 +82,8 @@ fn wait_capturing(
 ) -> Result<Waited> {
     // Readable once the command has ended.
     let pidfd = match &*child {
-        Child::Own(pid) => Some(crate::sys::pidfd_open(*pid).map_err(Error::sys("pidfd_open"))?),
-        Child::Agent(_) => None,
+        Child::Own(pid) => Some(tinyrun::os::pidfd_open(*pid).map_err(|e| Error::sys("pidfd_open")(e.errno))?),
+        Child::Resident(_) => None,
     };
     let sigfd = nix::sys::signalfd::SignalFd::with_flags(
         &Interrupts::set(),
@@ -97,7 +97,7 @@ fn wait_capturing(
     loop {
         if let Some(e) = ended.take() {
             // A resident init's program: the output there is now, no more.
-            if matches!(child, Child::Agent(_)) {
+            if matches!(child, Child::Resident(_)) {
                 for (fd, is_err) in &pipes {
                     let sink = if *is_err { &mut res.stderr } else { &mut res.stdout };
                     for _ in 0..64 {
@@ -128,7 +128,7 @@ fn wait_capturing(
         if ended.is_none() {
             let end = match (&pidfd, &*child) {
                 (Some(fd), _) => fd.as_fd(),
-                (None, Child::Agent(p)) => p.as_fd(),
+                (None, Child::Resident(p)) => p.as_fd(),
                 (None, Child::Own(_)) => return Err(Error::InvalidState("no handle on the command".into())),
             };
             fds.push(PollFd::new(end, PollFlags::POLLIN));
@@ -191,7 +191,7 @@ fn drain_now(fd: &OwnedFd, sink: &mut Output, cap: usize, capture: bool, is_err:
 
 /// What to kill when the deadline passes or we are told to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Scope {
+pub(crate) enum Scope {
     /// The whole box (a one-shot or pooled run).
     Box,
     /// The command's own: its cgroup, for a program of the box's resident
@@ -204,7 +204,7 @@ pub(super) enum Scope {
 /// stop; in the last two cases `scope` is killed. Then reads the box's
 /// usage.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn finish(
+pub(crate) fn finish(
     rt: &Runtime,
     id: &str,
     mut child: Child,
@@ -268,8 +268,13 @@ pub(super) fn finish(
 /// (`child`'s cgroup, or the session of our own `child`).
 fn kill_scope(rt: &Runtime, id: &str, scope: Scope, child: &Child) -> Result<()> {
     match (scope, child) {
-        (Scope::Command, Child::Agent(p)) => p.kill(),
-        (Scope::Command, Child::Own(pid)) => kill_session(rt, id, *pid),
+        (Scope::Command, Child::Resident(p)) => p.kill(),
+        // A box gone meanwhile took the command with it.
+        (Scope::Command, Child::Own(pid)) => {
+            if let Ok(c) = rt.peek(id) {
+                c.kill_session(pid.as_raw())?;
+            }
+        }
         (Scope::Box, _) => match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
             Ok(()) | Err(RuntimeError::NotRunning) => {}
             Err(e) => return Err(e.into()),
@@ -278,32 +283,9 @@ fn kill_scope(rt: &Runtime, id: &str, scope: Scope, child: &Child) -> Result<()>
     Ok(())
 }
 
-/// SIGKILLs every process of box `id` in `leader`'s session, a few rounds
-/// so one forked meanwhile goes too.
-fn kill_session(rt: &Runtime, id: &str, leader: Pid) {
-    for _ in 0..5 {
-        let Ok(pids) = rt.peek(id).and_then(|c| c.pids()) else { return };
-        let mine: Vec<i32> = pids.into_iter().filter(|p| session_of(*p) == Some(leader.as_raw())).collect();
-        if mine.is_empty() {
-            return;
-        }
-        for p in mine {
-            let _ = nix::sys::signal::kill(Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
-
-/// Field 6 of /proc/PID/stat: the session id, as the host sees it.
-fn session_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command name, which is in parentheses and may hold anything.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(3)?.parse().ok()
-}
-
 /// SIGINT, SIGTERM and SIGHUP, blocked while a box runs so they can be
 /// read from a signalfd and turned into "kill the box and clean up".
-pub(super) struct Interrupts(nix::sys::signal::SigSet);
+pub(crate) struct Interrupts(nix::sys::signal::SigSet);
 
 impl Interrupts {
     fn set() -> nix::sys::signal::SigSet {
@@ -314,7 +296,7 @@ impl Interrupts {
         s
     }
 
-    pub(super) fn block() -> Result<Interrupts> {
+    pub(crate) fn block() -> Result<Interrupts> {
         let mut old = nix::sys::signal::SigSet::empty();
         nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_BLOCK, Some(&Self::set()), Some(&mut old))
             .map_err(Error::sys("sigprocmask"))?;

@@ -55,8 +55,7 @@ pub(super) fn host() -> Result<(Host, Vec<Mount>)> {
         Ok(CgroupSetup::Legacy) => Layout::Legacy,
         Err(e) => return Err(CgroupError::Path(format!("can't tell this host's cgroup layout at {ROOT}: {e}"))),
     };
-    let info = crate::sys::fs::read_proc("/proc/self/mountinfo").unwrap_or_default();
-    let ms = parse_mountinfo(&info, ROOT);
+    let ms = hierarchies(crate::mountinfo::read().unwrap_or_default(), ROOT);
     let host = host_at(Path::new(ROOT), layout, &ms)?;
     Ok(HOST.get_or_init(|| (host, ms)).clone())
 }
@@ -73,33 +72,24 @@ fn host_at(root: &Path, layout: Layout, ms: &[Mount]) -> Result<Host> {
     Ok(Host { layout, controllers })
 }
 
-/// Every visible cgroup hierarchy under `root` in mountinfo `info`: the one
-/// parser of mountinfo for cgroups (init's `cgroup` mounts are built from
-/// it too).
-fn parse_mountinfo(info: &str, root: &str) -> Vec<Mount> {
+/// Every visible cgroup hierarchy under `root` in mount table `table`
+/// (module `mountinfo`): init's `cgroup` mounts are built from these too.
+fn hierarchies(table: Vec<crate::mountinfo::Entry>, root: &str) -> Vec<Mount> {
     let mut out = Vec::new();
-    for line in info.lines() {
-        let Some((pre, post)) = line.split_once(" - ") else { continue };
-        let dir = pre.split(' ').nth(4).unwrap_or_default();
-        let mut post = post.split(' ');
-        let fstype = post.next().unwrap_or_default();
-        let opts = post.nth(1).unwrap_or_default();
-        if !dir.starts_with(root) {
-            continue;
-        }
+    for m in table.into_iter().filter(|m| m.mount_point.starts_with(root)) {
         // A later mount on the same point hides the earlier one (e.g. a
         // tmpfs over the hybrid `unified` cgroup2 mount).
-        out.retain(|m: &Mount| m.dir != Path::new(dir));
-        if !(fstype == "cgroup" || fstype == "cgroup2") {
+        out.retain(|h: &Mount| h.dir != m.mount_point);
+        if !(m.fs_type == "cgroup" || m.fs_type == "cgroup2") {
             continue;
         }
-        let controllers = opts.split(',').filter(|o| LIBCGROUPS_V1.contains(o)).map(str::to_string).collect();
+        let opts = m.super_options.split(',');
+        let controllers = opts.clone().filter(|o| LIBCGROUPS_V1.contains(o)).map(str::to_string).collect();
         let options = opts
-            .split(',')
             .filter(|o| !matches!(*o, "rw" | "ro") && !o.starts_with("release_agent"))
             .collect::<Vec<_>>()
             .join(",");
-        out.push(Mount { dir: dir.into(), controllers, v2: fstype == "cgroup2", options });
+        out.push(Mount { dir: m.mount_point, controllers, v2: m.fs_type == "cgroup2", options });
     }
     out
 }
@@ -107,6 +97,10 @@ fn parse_mountinfo(info: &str, root: &str) -> Vec<Mount> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_mountinfo(info: &str, root: &str) -> Vec<Mount> {
+        hierarchies(crate::mountinfo::parse(info), root)
+    }
 
     /// A Debian 12 hybrid host's cgroup lines, with a tmpfs first and some
     /// unrelated mounts around them.

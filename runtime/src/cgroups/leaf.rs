@@ -1,5 +1,5 @@
 //! A leaf cgroup of its own for each program a resident init runs
-//! (`Runtime::agent_spawn`), so that the program and everything it starts
+//! (`Resident::spawn`), so that the program and everything it starts
 //! (a `setsid`, a double fork, a daemon) can be told apart from the rest of
 //! the container and killed as one: cgroup v2's `cgroup.kill`, or on v1 a
 //! freezer leaf frozen, SIGKILLed member by member and thawed.
@@ -21,13 +21,11 @@
 //! unlocked leaf is no one's.
 
 use std::io::ErrorKind;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 
 use super::check::Layout;
 use super::{io_err, Cgroup, Result};
@@ -59,40 +57,11 @@ impl LeafFds {
     }
 
     /// SIGKILLs every process in the leaf, those it forks meanwhile
-    /// included. Best effort and bounded (init calls this too): v2 in one
-    /// write; v1 under the freezer, a few rounds.
+    /// included (module `kill`). Best effort and bounded: init calls this
+    /// too.
     pub(crate) fn kill(&self) {
-        if self.v2 {
-            let _ = nix::unistd::write(&self.ctl, b"1");
-            return;
-        }
-        for _ in 0..5 {
-            let _ = nix::sys::uio::pwrite(&self.ctl, b"FROZEN", 0);
-            self.wait_frozen(Duration::from_millis(50));
-            let pids = self.members();
-            for &p in &pids {
-                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-            }
-            // SIGKILL is delivered once the processes run again (or, in a
-            // paused container, once it resumes).
-            let _ = nix::sys::uio::pwrite(&self.ctl, b"THAWED", 0);
-            if pids.is_empty() {
-                return;
-            }
-        }
-    }
-
-    /// v1: until the freezer says FROZEN, or `patience` is over.
-    fn wait_frozen(&self, patience: Duration) {
-        let deadline = Instant::now() + patience;
-        let mut buf = [0u8; 16];
-        while Instant::now() < deadline {
-            match nix::sys::uio::pread(&self.ctl, &mut buf, 0) {
-                Ok(n) if buf.get(..n).is_some_and(|b| b.starts_with(b"FROZEN")) => return,
-                Ok(_) => std::thread::sleep(Duration::from_millis(1)),
-                Err(_) => return,
-            }
-        }
+        let ctl = super::kill::Control { fd: self.ctl.as_fd(), v2: self.v2 };
+        super::kill::kill_all(Some(ctl), || self.members());
     }
 
     /// v1: the threads in the leaf, as the caller's pid namespace numbers
@@ -127,13 +96,20 @@ pub(crate) struct Leaf {
 }
 
 impl Cgroup {
-    /// Makes a new leaf under the container's cgroup (v1: under its
-    /// freezer cgroup) and opens it for init; removes leaves no one holds.
-    pub(crate) fn make_leaf(&self) -> Result<Leaf> {
+    /// Where leaves of the container's cgroup are made (v1: under its
+    /// freezer cgroup), and whether that is cgroup v2.
+    pub(crate) fn leaf_parent(&self) -> (PathBuf, bool) {
         let v2 = self.layout == Layout::Unified;
-        let parent = if v2 { self.v2_dir() } else { self.v1_dir("freezer") };
-        sweep(&parent);
-        let dir = new_dir(&parent)?;
+        (if v2 { self.v2_dir() } else { self.v1_dir("freezer") }, v2)
+    }
+}
+
+impl Leaf {
+    /// Makes a new leaf under `parent` (a [`Cgroup::leaf_parent`]) and
+    /// opens it for init; removes leaves no one holds.
+    pub(crate) fn make(parent: &Path, v2: bool) -> Result<Leaf> {
+        sweep(parent);
+        let dir = new_dir(parent)?;
         let made = (|| {
             let file = std::fs::File::open(&dir).map_err(io_err("open", &dir))?;
             let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| io_err("lock", &dir)(e.into()))?;
@@ -244,7 +220,9 @@ mod tests {
             std::fs::create_dir_all(&parent).unwrap();
             // A tempdir has no cgroupfs files: opening them fails, and the
             // leaf made meanwhile is removed again.
-            let e = cg.make_leaf().unwrap_err().to_string();
+            let (at, v2) = cg.leaf_parent();
+            assert_eq!((at.as_path(), v2), (parent.as_path(), layout == Layout::Unified));
+            let e = Leaf::make(&at, v2).unwrap_err().to_string();
             let want = if layout == Layout::Unified { "cgroup.procs" } else { "tasks" };
             assert!(e.contains(want), "{e}");
             assert_eq!(std::fs::read_dir(&parent).unwrap().count(), 0, "{layout:?}: nothing left");

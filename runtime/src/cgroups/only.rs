@@ -1,4 +1,4 @@
-//! A v1 cgroup kept to some hierarchies ([`crate::CreateOptions::cgroup_v1_controllers`]).
+//! A v1 cgroup kept to some hierarchies ([`crate::Supervised::cgroup_v1_controllers`]).
 //! Runs in the runtime process; touches no cgroupfs.
 //!
 //! runc makes and joins the container's cgroup in every mounted hierarchy.

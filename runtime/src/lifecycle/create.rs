@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use nix::unistd::Pid;
 use oci_spec::runtime::{LinuxDevice, LinuxNamespaceType, LinuxResources};
 
-use super::{check_id, Container, Runtime};
+use super::resident::ResidentRecord;
+use super::{check_id, Container, Init, Runtime, Supervised};
 use crate::cgroups::Cgroup;
 use crate::error::{InitError, Result, RuntimeError};
 use crate::hooks::{self, Kind};
@@ -20,7 +21,8 @@ use crate::process::init::InitConfig;
 use crate::process::launch::{self, Host};
 use crate::spec::{self, Bundle};
 use crate::state::{
-    now_rfc3339, proc_start_time, write_atomic, Record, StateDir, AGENT_SOCKET, CONFIG_FILE, START_SOCKET,
+    now_rfc3339, proc_start_time, write_atomic, Record, StateDir, AGENT_SOCKET, CONFIG_FILE, RESIDENT_FILE,
+    START_SOCKET,
 };
 
 /// What `create` (and `run`) take besides the id.
@@ -48,39 +50,6 @@ pub struct CreateOptions {
     pub rootless_cgroups: bool,
     /// The runtime returns while the container runs (create, run -d).
     pub detach: bool,
-    /// fds to become init's stdin, stdout and stderr (default: ours).
-    pub stdio: Option<[std::os::fd::RawFd; 3]>,
-    /// The container is killed if the calling process dies, even after
-    /// `create` returned (a supervisor that enforces limits from outside).
-    pub die_with_runtime: bool,
-    /// Bring `lo` up when the container gets a new network namespace
-    /// (runc leaves it down): loopback-only networking with no other setup.
-    pub loopback: bool,
-    /// A directory of compiled seccomp programs, one per profile, shared
-    /// by the containers created with it: a container whose profile is
-    /// already there skips libseccomp. It must be the caller's own (it is
-    /// made 0700; one that others can write is not used), trusted like the
-    /// state root.
-    pub seccomp_cache: Option<PathBuf>,
-    /// On a cgroup v1 (or hybrid) host, make and join the container's
-    /// cgroup only in the hierarchies of these controllers (`cpu`,
-    /// `memory`, ...) instead of in every mounted hierarchy as runc does
-    /// (`None`). `pids` and `freezer` are always added: later commands
-    /// list, signal and freeze the container through them. Named
-    /// hierarchies (`name=systemd`) and a hybrid host's cgroup2 mount are
-    /// left out, so there the container stays in the caller's cgroup. A
-    /// limit whose controller is not listed (device rules and
-    /// `linux.devices` need `devices`) is refused. Kept in the state
-    /// record for every later command; no effect on a cgroup v2 host or
-    /// with the systemd driver. Each hierarchy left out is a directory
-    /// less to make, join and remove per container.
-    pub cgroup_v1_controllers: Option<Vec<String>>,
-    /// A resident init: once started, init does not exec `process.args`
-    /// but stays as the container's pid 1 and runs programs on request
-    /// ([`Runtime::agent_spawn`]), each forked from it with every isolation
-    /// step already applied. Only for a detached container without a
-    /// terminal; `process.args` must still name a program of the container.
-    pub agent: bool,
 }
 
 impl Runtime {
@@ -88,10 +57,11 @@ impl Runtime {
     pub fn create(&self, id: &str, opts: &CreateOptions) -> Result<Container> {
         check_id(id)?;
         let bundle = spec::load(&opts.bundle)?;
-        self.create_from(id, &bundle, opts, None)
+        self.create_from(id, &bundle, opts, &Supervised::default(), None)
     }
 
-    /// `create` from an already loaded bundle, with the pty master sent to
+    /// `create` from an already loaded bundle, with what a supervisor adds
+    /// (`how`; none for runc's `create`), and the pty master sent to
     /// `console` (the runtime's own end for a foreground terminal) unless
     /// `--console-socket` names one. The caller has checked `id`.
     pub(crate) fn create_from(
@@ -99,13 +69,14 @@ impl Runtime {
         id: &str,
         bundle: &Bundle,
         opts: &CreateOptions,
+        how: &Supervised,
         console: Option<&std::os::fd::OwnedFd>,
     ) -> Result<Container> {
         crate::process::ensure_single_threaded()?;
         crate::exe::require_sealed(crate::exe::needed_for_create(&bundle.spec)?)?;
         let terminal = bundle.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
         super::check_terminal(terminal, opts.detach, opts.console_socket.is_some())?;
-        if opts.agent && (terminal || !opts.detach) {
+        if how.init == Init::Resident && (terminal || !opts.detach) {
             return Err(RuntimeError::InvalidArgument(
                 "a resident init needs a detached container without a terminal".into(),
             ));
@@ -115,7 +86,7 @@ impl Runtime {
         let socket = super::connect_console_socket(opts.console_socket.as_deref())?;
         let console = socket.as_ref().or(console).map(std::os::fd::AsRawFd::as_raw_fd);
         let lock = StateDir::create(self.root(), id)?;
-        match build(&lock, id, bundle, opts, console) {
+        match build(&lock, id, bundle, (opts, how), console) {
             Ok(rec) => Ok(Container { lock, rec }),
             Err(e) => Err(match lock.remove() {
                 Ok(()) => e,
@@ -175,7 +146,13 @@ impl Host for CreateHost<'_> {
 /// Makes the container: config snapshot, start socket, cgroup, init (set
 /// up and waiting for `start`), and the record of it. On failure, undoes
 /// what it made but the state directory (the caller removes that).
-fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, console: Option<i32>) -> Result<Record> {
+fn build(
+    lock: &StateDir,
+    id: &str,
+    bundle: &Bundle,
+    (opts, how): (&CreateOptions, &Supervised),
+    console: Option<i32>,
+) -> Result<Record> {
     let created = now_rfc3339();
     let spec = &bundle.spec;
     let config = serde_json::to_vec(spec).map_err(|e| RuntimeError::InvalidSpec(format!("encode config: {e}")))?;
@@ -185,8 +162,8 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     // under a bind of the rootfs, which is undone by `delete` or below.
     let host_root = HostRoot::before(&plan, &bundle.rootfs);
     let listener = bind_socket(lock, START_SOCKET)?;
-    let agent = opts.agent.then(|| bind_socket(lock, AGENT_SOCKET)).transpose()?;
-    let mut cfg = init_config(id, bundle, &plan, opts, &listener)?;
+    let agent = (how.init == Init::Resident).then(|| bind_socket(lock, AGENT_SOCKET)).transpose()?;
+    let mut cfg = init_config(id, bundle, &plan, (opts, how), &listener)?;
     cfg.agent_listener = agent.as_ref();
     if let Some(f) = &cfg.process.seccomp {
         f.cache(spec, &lock.path(crate::state::SECCOMP_FILE));
@@ -202,7 +179,7 @@ fn build(lock: &StateDir, id: &str, bundle: &Bundle, opts: &CreateOptions, conso
     } else {
         Some(Cgroup::for_create(cgroups_path.as_deref(), id, opts.systemd_cgroup, Some(&resources))?)
     };
-    let cgroup = match (cgroup, &opts.cgroup_v1_controllers) {
+    let cgroup = match (cgroup, &how.cgroup_v1_controllers) {
         (Some(cg), Some(only)) => {
             let cg = cg.keep_only(&crate::cgroups::normalise_v1_controllers(only)?);
             cg.check_only(&resources, &devices)?;
@@ -328,6 +305,12 @@ fn record(
         host_root_mount,
     };
     lock.save(&rec)?;
+    if cfg.agent_listener.is_some() {
+        let resident = ResidentRecord { leaves: cgroup.map(Cgroup::leaf_parent) };
+        let bytes = serde_json::to_vec(&resident)
+            .map_err(|e| RuntimeError::InvalidSpec(format!("encode the resident init's record: {e}")))?;
+        write_atomic(&lock.path(RESIDENT_FILE), &bytes, 0o600)?;
+    }
     if let Some(p) = &opts.pid_file {
         write_atomic(p, pid.as_raw().to_string().as_bytes(), 0o644)?;
     }
@@ -350,7 +333,7 @@ fn init_config<'a>(
     id: &'a str,
     b: &'a Bundle,
     plan: &'a Plan,
-    opts: &CreateOptions,
+    (opts, how): (&CreateOptions, &Supervised),
     listener: &'a OwnedFd,
 ) -> Result<InitConfig<'a>> {
     let spec = &b.spec;
@@ -362,7 +345,7 @@ fn init_config<'a>(
         p.env.push(format!("LISTEN_FDS={}", opts.listen_fds));
         p.env.push("LISTEN_PID=1".into());
     }
-    p.seccomp = match &opts.seccomp_cache {
+    p.seccomp = match &how.seccomp_cache {
         Some(dir) => crate::seccomp::Filter::from_shared_cache(spec, dir)?,
         None => crate::seccomp::Filter::from_spec(spec)?,
     };
@@ -384,9 +367,9 @@ fn init_config<'a>(
         wants_hooks,
         start_listener: listener,
         agent_listener: None,
-        stdio: opts.stdio,
-        die_with_runtime: opts.die_with_runtime,
-        loopback: opts.loopback,
+        stdio: how.stdio,
+        die_with_runtime: how.die_with_runtime,
+        loopback: how.loopback,
         lock_fd: None,
         cgroup_tasks: Vec::new(),
         cgroup_unified: None,

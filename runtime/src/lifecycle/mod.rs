@@ -1,7 +1,6 @@
 //! The OCI operations, one module each: load the container, check its
 //! state, act, persist.
 
-mod agent;
 mod create;
 mod delete;
 mod events;
@@ -9,9 +8,11 @@ mod exec;
 pub(crate) mod kill;
 mod pause;
 mod ps;
+pub(crate) mod resident;
 mod run;
 mod start;
 mod state;
+mod supervised;
 mod update;
 mod usage;
 
@@ -28,11 +29,12 @@ use crate::process::finalize::ProcessConfig;
 use crate::state::{Record, StateDir};
 use crate::user::Ids;
 
-pub use agent::{AgentCommand, AgentExit, AgentProcess, AgentStdio};
 pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};
+pub use resident::{Resident, ResidentCommand, ResidentExit, ResidentProcess, ResidentStdio};
 pub use run::RunOptions;
 pub use state::{ContainerState, Status};
+pub use supervised::{Init, Supervised};
 pub use update::{parse_bytes, UpdateFlags};
 pub use usage::Usage;
 

@@ -30,7 +30,7 @@ impl Runtime {
         super::check_id(id)?;
         let bundle = crate::spec::load(&opts.create.bundle)?;
         if opts.create.detach {
-            let c = self.create_from(id, &bundle, &opts.create, None)?;
+            let c = self.create_from(id, &bundle, &opts.create, &Default::default(), None)?;
             return self.start_or_delete(c, id).map(|_| 0);
         }
         let all = SigSet::all();
@@ -47,7 +47,7 @@ impl Runtime {
             let terminal = bundle.spec.process().as_ref().and_then(|p| p.terminal()).unwrap_or(false);
             let pair =
                 if opts.create.console_socket.is_none() && terminal { Some(crate::tty::console_pair()?) } else { None };
-            let c = self.create_from(id, &bundle, &opts.create, pair.as_ref().map(|p| &p.1))?;
+            let c = self.create_from(id, &bundle, &opts.create, &Default::default(), pair.as_ref().map(|p| &p.1))?;
             let master = match &pair {
                 Some((ours, _)) => match crate::tty::recv_fd(ours) {
                     Ok(m) => Some(m),

@@ -239,37 +239,8 @@ fn root_fd(root: &Tree) -> Result<std::os::fd::OwnedFd> {
 /// runtime compares it before and after `create` to know whether the
 /// rootfs bind on the host is the container's, before unmounting it.
 pub(crate) fn top_mount_id(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let want = path.as_os_str().as_bytes();
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().rev().find_map(|l| {
-        let mut f = l.split(' ');
-        let id = f.next()?.parse().ok()?;
-        let point = f.nth(3)?;
-        (unescape_mountinfo(point.as_bytes()) == want).then_some(id)
-    })
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'3').contains(&d[0]) && (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) if b[i] == b'\\' => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            _ => {
-                out.push(b[i]);
-                i += 1;
-            }
-        }
-    }
-    out
+    let table = crate::mountinfo::read().ok()?;
+    table.into_iter().rev().find(|m| m.mount_point == path).map(|m| m.id)
 }
 
 /// Detaches the container's rootfs bind from the host's mount namespace
@@ -318,13 +289,4 @@ pub(crate) fn bind_console(k: &dyn Kernel, slave: &std::os::fd::OwnedFd) -> Resu
     let target = root.ensure(console, true)?;
     let (target, source) = (crate::sys::fs::fd_path(&target), crate::sys::fs::fd_path(slave));
     k.mount_at(Some(&source), &target, None, MsFlags::MS_BIND, None, "/dev/console")
-}
-
-#[cfg(test)]
-mod mountinfo_tests {
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(super::unescape_mountinfo(br"/a\040b\134c\011"), b"/a b\\c\t");
-        assert_eq!(super::unescape_mountinfo(br"/x\9y\04"), br"/x\9y\04", "not an escape: kept");
-    }
 }

@@ -183,7 +183,7 @@ impl Filter {
     }
 
     /// The filter for a config, through `dir`, a cache shared by many
-    /// containers (`CreateOptions::seccomp_cache`): the program of this
+    /// containers (`Supervised::seccomp_cache`): the program of this
     /// profile if it is there, else compiled and added. A dir that is not
     /// the caller's own, or that others can write, is not used.
     pub(crate) fn from_shared_cache(spec: &Spec, dir: &std::path::Path) -> Result<Option<Filter>> {
@@ -434,5 +434,7 @@ fn invalid(field: impl std::fmt::Display, why: impl std::fmt::Display) -> Runtim
     RuntimeError::InvalidSpec(format!("{field}: {why}"))
 }
 
+#[cfg(test)]
+mod profile_tests;
 #[cfg(test)]
 mod tests;

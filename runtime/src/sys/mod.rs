@@ -9,9 +9,11 @@ mod build_id;
 pub(crate) mod fs;
 mod sched;
 pub(crate) mod seccomp;
+mod userns;
 
 pub(crate) use build_id::build_id;
 pub(crate) use sched::{ioprio_set, sched_setattr, set_mempolicy, set_personality, SchedAttr};
+pub use userns::userns_with_map;
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -25,8 +27,10 @@ use crate::error::SysError;
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Which side of a fork-like clone we are on.
-pub(crate) enum Forked {
+pub enum Forked {
+    /// The caller, with the child's pid.
     Parent(Pid),
+    /// The child.
     Child,
 }
 
@@ -98,11 +102,13 @@ pub(crate) fn clone_fork(flags: u64, cgroup: Option<RawFd>) -> Result<Forked, Sy
 
 /// Plain `fork`: `clone(2)` with SIGCHLD and nothing else. It is not
 /// glibc's `fork`, so no atfork handler runs; not `clone3`, which a
-/// container's seccomp profile may deny while allowing `clone`.
+/// container's seccomp profile may deny while allowing `clone`. The child
+/// may go on running any code of the caller's (it allocates, takes locks):
+/// with a single thread, no lock was held by anyone else when it was made.
 ///
 /// # Preconditions
 /// The caller is single-threaded (see [`clone_fork`]).
-pub(crate) fn fork() -> Result<Forked, SysError> {
+pub fn fork() -> Result<Forked, SysError> {
     // SAFETY: a NULL stack makes clone(2) fork-like: the child resumes here
     // on a private copy of this single-threaded process.
     let ret = unsafe {
@@ -134,8 +140,8 @@ pub(crate) fn trim_heap() {
 }
 
 /// `pidfd_open(2)`: a handle on a process that can't be confused with a later
-/// process reusing the same pid.
-pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd, SysError> {
+/// process reusing the same pid, and that polls readable once it exits.
+pub fn pidfd_open(pid: Pid) -> Result<OwnedFd, SysError> {
     // SAFETY: plain syscall with integer arguments.
     let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
     if ret < 0 {
@@ -231,6 +237,21 @@ pub(crate) fn open_tree_clone(path: &CStr) -> Result<OwnedFd, SysError> {
 /// bits on the mount `fd` refers to, and with `recursive` (AT_RECURSIVE)
 /// on every mount below it.
 pub(crate) fn mount_setattr(fd: impl AsFd, set: u64, clear: u64, recursive: bool) -> Result<(), SysError> {
+    mount_setattr_with(fd.as_fd(), MountAttrs { set, clear, userns: None }, recursive)
+}
+
+/// What [`mount_setattr_with`] changes: `MOUNT_ATTR_*` bits to set and to
+/// clear, and with `MOUNT_ATTR_IDMAP` the user namespace whose maps the
+/// mount's owners are seen through.
+pub(crate) struct MountAttrs<'a> {
+    pub set: u64,
+    pub clear: u64,
+    pub userns: Option<std::os::fd::BorrowedFd<'a>>,
+}
+
+/// `mount_setattr(2)` with every field of its `mount_attr`.
+pub(crate) fn mount_setattr_with(fd: impl AsFd, a: MountAttrs<'_>, recursive: bool) -> Result<(), SysError> {
+    let (set, clear) = (a.set, a.clear);
     #[repr(C)]
     struct MountAttr {
         attr_set: u64,
@@ -238,7 +259,11 @@ pub(crate) fn mount_setattr(fd: impl AsFd, set: u64, clear: u64, recursive: bool
         propagation: u64,
         userns_fd: u64,
     }
-    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 };
+    let userns_fd = match a.userns {
+        Some(fd) => u64::try_from(fd.as_raw_fd()).map_err(|_| SysError::bare("mount_setattr", Errno::EBADF))?,
+        None => 0,
+    };
+    let attr = MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd };
     let flags = libc::AT_EMPTY_PATH | if recursive { libc::AT_RECURSIVE } else { 0 };
     // SAFETY: the empty path is NUL-terminated, `attr` lives on our stack for
     // the call and its size is passed.
@@ -328,7 +353,7 @@ pub(crate) fn execve(path: &CStr, argv: &[&CStr], envp: &[&CStr]) -> Errno {
 
 /// Ends a forked child without running any of the parent's exit handlers or
 /// flushing buffers that belong to the parent.
-pub(crate) fn exit_child(code: i32) -> ! {
+pub fn exit_child(code: i32) -> ! {
     // SAFETY: _exit is async-signal-safe and never returns.
     unsafe { libc::_exit(code) }
 }

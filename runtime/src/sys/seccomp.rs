@@ -73,3 +73,18 @@ pub(crate) fn fork_for_test() -> Result<super::Forked, SysError> {
         pid => Ok(super::Forked::Parent(nix::unistd::Pid::from_raw(pid))),
     }
 }
+
+/// `ioctl(fd, request, buf)` with any request number, even one wider than
+/// the kernel's 32 bits, so the whole value reaches a seccomp filter.
+/// Returns the errno, or 0 on success.
+#[cfg(test)]
+pub(crate) fn raw_ioctl(fd: std::os::fd::RawFd, request: u64, buf: &mut [u8; 256]) -> i32 {
+    // SAFETY: a raw system call; `buf` is larger than anything the requests
+    // the tests name write.
+    let ret = unsafe { libc::syscall(libc::SYS_ioctl, fd, request, buf.as_mut_ptr()) };
+    if ret < 0 {
+        Errno::last() as i32
+    } else {
+        0
+    }
+}

@@ -37,39 +37,13 @@ use nix::sys::stat::SFlag;
 
 use crate::boxfs::{BoxFs, Region};
 use crate::error::{Error, Result};
+use crate::options::{CopyIn, DEFAULT_COPY_LIMIT};
 use place::{Dest, Src, Target};
 use tinyrun::tree;
 use walk::{fail, At, Copier, Item};
 
-/// The default cap on the bytes of one copy (or of all `--copy-in`s of a
-/// box together).
-pub const DEFAULT_COPY_LIMIT: u64 = 1 << 30;
 /// The cap on files, directories and links of one copy.
 const MAX_ENTRIES: u64 = 100_000;
-
-/// `--copy-in SRC:DST`: host path SRC becomes box path DST.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyIn {
-    /// On the host.
-    pub src: PathBuf,
-    /// In the box, absolute.
-    pub dst: PathBuf,
-}
-
-impl std::str::FromStr for CopyIn {
-    type Err = Error;
-
-    /// `SRC:DST`, split at the last colon (a host path may have colons).
-    fn from_str(s: &str) -> Result<CopyIn> {
-        let bad = |why: &str| Error::InvalidArgument(format!("invalid --copy-in {s:?}: {why} (use HOSTPATH:/BOXPATH)"));
-        let (src, dst) = s.rsplit_once(':').ok_or_else(|| bad("no colon"))?;
-        if src.is_empty() || !dst.starts_with('/') {
-            return Err(bad("the box path must be absolute"));
-        }
-        tree::components(Path::new(dst)).map_err(|e| bad(&e))?;
-        Ok(CopyIn { src: src.into(), dst: dst.into() })
-    }
-}
 
 /// How `sandbox cp` copies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,8 +125,8 @@ fn box_path(arg: &str) -> Option<(&str, &Path)> {
 /// Box `id`'s files, and the box touched while the copy lasts (a copy is
 /// use: module `idle`). A box that expired says so.
 fn open(root: &Path, id: &str) -> Result<(BoxFs, crate::idle::Touch)> {
-    let touch = crate::run::live_box(root, id)?.2;
-    Ok((BoxFs::open(&root.join("sandbox-bundles").join(id))?, touch))
+    let touch = crate::expiry::live_box(root, id)?.2;
+    Ok((BoxFs::open(&crate::layout::bundle(root, id))?, touch))
 }
 
 /// Every `--copy-in` of `copy_ins`, into the box whose bundle dir is

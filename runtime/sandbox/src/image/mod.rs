@@ -20,6 +20,7 @@
 mod cache;
 mod layer;
 mod layout;
+mod overlay;
 mod unpack;
 
 #[cfg(test)]

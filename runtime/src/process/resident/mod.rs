@@ -1,4 +1,4 @@
-//! A resident init (`CreateOptions::agent`): once started, init does not
+//! A resident init (`Init::Resident`): once started, init does not
 //! exec `process.args` but stays as the container's pid 1 and runs
 //! programs on request, each one forked from it.
 //!

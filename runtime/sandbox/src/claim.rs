@@ -19,7 +19,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use tinyrun::{Runtime, RuntimeError, Status};
+use tinyrun::{RuntimeError, Status};
 
 use crate::error::{Error, Result};
 
@@ -27,7 +27,7 @@ const CLAIM: &str = "claimed";
 
 /// Where the claim on pool box `id` is.
 pub(crate) fn file(root: &Path, id: &str) -> PathBuf {
-    root.join("sandbox").join(id).join(CLAIM)
+    crate::layout::state(root, id).join(CLAIM)
 }
 
 /// What a box's claim says.
@@ -48,7 +48,7 @@ pub(crate) fn read(root: &Path, id: &str) -> Claim {
     match parse(root, id) {
         Some(c) => c,
         None => {
-            let rt = Runtime::new(root.join("sandbox"));
+            let rt = crate::layout::runtime(root);
             // Gone meanwhile: nothing is claimed any more.
             let Ok(locked) = rt.load(id) else { return Claim::Free };
             let again = parse(root, id).unwrap_or(Claim::Abandoned);
@@ -81,7 +81,7 @@ fn parse(root: &Path, id: &str) -> Option<Claim> {
 /// Claims pool box `id` for this process until `deadline_ms`: true if it
 /// was running and unclaimed and is ours now.
 pub(crate) fn take(root: &Path, id: &str, deadline_ms: u64) -> Result<bool> {
-    let rt = Runtime::new(root.join("sandbox"));
+    let rt = crate::layout::runtime(root);
     let locked = match rt.load(id) {
         Ok(c) => c,
         // Removed since it was seen, or half made by a maker that died.

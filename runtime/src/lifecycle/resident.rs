@@ -1,12 +1,15 @@
-//! Running a program through a container's resident init
-//! (`CreateOptions::agent`): the caller's side of the conversation that
-//! `process::resident` describes.
+//! Running programs through a container's resident init ([`Init::Resident`]):
+//! the caller's side of the conversation that `process::resident` describes.
 //!
-//! Nothing is locked and no config is parsed: the state record names the
-//! container's cgroup, under which the program gets a leaf of its own
-//! (`cgroups::leaf`), and the request goes straight to the socket in the
-//! state directory. Init, which holds the container's whole set-up, forks
-//! the program: no setns, no seccomp load per program.
+//! Nothing is locked and no config or state record is parsed: `create`
+//! wrote down, beside the container's record, the cgroup directory under
+//! which each program gets a leaf of its own (`cgroups::leaf`), so a
+//! [`Resident`] is one small read, and a supervisor that keeps one makes
+//! no read at all per program. The request goes straight to the socket in
+//! the state directory. Init, which holds the container's whole set-up,
+//! forks the program: no setns, no seccomp load per program.
+//!
+//! [`Init::Resident`]: crate::Init::Resident
 
 use std::cell::Cell;
 use std::io::{Read, Write};
@@ -17,15 +20,37 @@ use std::time::Instant;
 
 use nix::sys::socket::{sendmsg, setsockopt, sockopt, ControlMessage, MsgFlags};
 
+use serde::{Deserialize, Serialize};
+
 use super::{check_id, Runtime};
 use crate::cgroups::{Leaf, Survivors};
 use crate::error::{Result, RuntimeError};
 use crate::process::resident::wire::{Reply, Request, MAX_REQUEST};
-use crate::state::AGENT_SOCKET;
+use crate::state::{AGENT_SOCKET, RESIDENT_FILE};
+
+/// What `create` writes down for a resident init (`resident.json`, 0600,
+/// in the state directory): where its programs' cgroups go.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ResidentRecord {
+    /// The directory leaves are made in (v1: the container's freezer
+    /// cgroup), and whether it is cgroup v2; `None` for a container
+    /// without a cgroup of its own.
+    pub leaves: Option<(PathBuf, bool)>,
+}
+
+/// A container whose init is resident ([`crate::Init::Resident`]), ready to
+/// run programs.
+#[derive(Debug, Clone)]
+pub struct Resident {
+    id: String,
+    /// The container's state directory.
+    dir: PathBuf,
+    rec: ResidentRecord,
+}
 
 /// A program for a resident init to run.
 #[derive(Debug, Clone, Default)]
-pub struct AgentCommand {
+pub struct ResidentCommand {
     /// The program and its arguments; `args[0]` is looked up in the
     /// container as execvp would.
     pub args: Vec<String>,
@@ -47,14 +72,17 @@ pub struct AgentCommand {
 /// stderr, at most two) that init should empty once the caller is done, so
 /// that what the program leaves running can go on writing.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct AgentStdio<'a> {
+pub struct ResidentStdio<'a> {
+    /// What become the program's fds 0, 1 and 2.
     pub fds: [RawFd; 3],
+    /// Read ends of the pipes among `fds` that init empties once the
+    /// caller is done.
     pub drain: &'a [RawFd],
 }
 
 /// How a program run by a resident init ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AgentExit {
+pub enum ResidentExit {
     /// It exited with this status.
     Exited(i32),
     /// This signal ended it.
@@ -65,7 +93,7 @@ pub enum AgentExit {
 /// Dropping this before its status is read (or our process dying) kills
 /// everything in that cgroup; dropping it afterwards leaves what the
 /// program started running in the container.
-pub struct AgentProcess {
+pub struct ResidentProcess {
     /// Read a line at a time and never past one, so that a status init
     /// has sent always leaves the socket readable (see [`Self::as_fd`]).
     conn: UnixStream,
@@ -79,19 +107,49 @@ pub struct AgentProcess {
 }
 
 impl Runtime {
-    /// Runs `cmd` in container `id`, which must have a resident init and a
-    /// cgroup, with `stdio`. Returns once the program has been exec'd; a
-    /// program that can't be run is an [`RuntimeError::Exec`], as for
-    /// `exec`. A container without a resident init is
+    /// Container `id`'s resident init. A container without one is
     /// [`RuntimeError::InvalidState`], and only that is.
-    pub fn agent_spawn(&self, id: &str, cmd: &AgentCommand, stdio: &AgentStdio<'_>) -> Result<AgentProcess> {
+    pub fn resident(&self, id: &str) -> Result<Resident> {
         check_id(id)?;
+        let dir = self.root().join(id);
+        let path = dir.join(RESIDENT_FILE);
+        let rec = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                RuntimeError::io("read", &path, std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if !dir.exists() {
+                    return Err(RuntimeError::NotFound(id.to_string()));
+                }
+                if !dir.join(AGENT_SOCKET).exists() {
+                    return Err(RuntimeError::InvalidState(format!("container {id} has no resident init")));
+                }
+                // Made before the record was: its cgroup from its state.
+                let c = self.peek(id)?;
+                ResidentRecord { leaves: c.cgroup()?.map(|cg| cg.leaf_parent()) }
+            }
+            Err(e) => return Err(RuntimeError::io("read", &path, e)),
+        };
+        Ok(Resident { id: id.to_string(), dir, rec })
+    }
+}
+
+impl Resident {
+    /// The container's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Runs `cmd` in the container, which must have a cgroup, with
+    /// `stdio`. Returns once the program has been exec'd; a program that
+    /// can't be run is an [`RuntimeError::Exec`], as for `exec`.
+    pub fn spawn(&self, cmd: &ResidentCommand, stdio: &ResidentStdio<'_>) -> Result<ResidentProcess> {
         if cmd.args.is_empty() {
             return Err(RuntimeError::InvalidArgument("a program to run needs args".into()));
         }
-        let dir = self.root().join(id);
+        let (dir, id) = (&self.dir, &self.id);
         let path = dir.join(AGENT_SOCKET);
-        let conn = connect(&dir, cmd.deadline).map_err(|e| match e.kind() {
+        let conn = connect(dir, cmd.deadline).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound if dir.exists() => {
                 RuntimeError::InvalidState(format!("container {id} has no resident init"))
             }
@@ -100,8 +158,10 @@ impl Runtime {
             std::io::ErrorKind::WouldBlock => RuntimeError::DeadlinePassed(format!("connect to {}", path.display())),
             _ => RuntimeError::io("connect to", &path, e),
         })?;
-        let leaf = self.peek(id)?.cgroup_required()?.make_leaf()?;
-        let v2 = leaf.fds().v2;
+        let Some((parent, v2)) = &self.rec.leaves else {
+            return Err(RuntimeError::InvalidState(format!("container {id} has no cgroup recorded")));
+        };
+        let leaf = Leaf::make(parent, *v2)?;
         let mut fds = stdio.fds.to_vec();
         fds.extend_from_slice(stdio.drain);
         fds.extend([leaf.fds().procs.as_raw_fd(), leaf.fds().ctl.as_raw_fd()]);
@@ -111,9 +171,9 @@ impl Runtime {
             cwd: cmd.cwd.as_ref().map(|c| c.to_string_lossy().into_owned()),
             kill_children: cmd.kill_children,
             drain: stdio.drain.len(),
-            cgroup_v2: v2,
+            cgroup_v2: *v2,
         };
-        let mut proc = AgentProcess { conn, pid: 0, path, leaf: Some(leaf), ended: false, killed: Cell::new(false) };
+        let mut proc = ResidentProcess { conn, pid: 0, path, leaf: Some(leaf), ended: false, killed: Cell::new(false) };
         proc.send(&req, &fds, cmd.deadline)?;
         match proc.reply()? {
             Some(Reply::Started { pid }) => {
@@ -129,7 +189,7 @@ impl Runtime {
     }
 }
 
-/// A connection to the agent socket in `dir`, given up at `deadline` (a
+/// A connection to the resident init's socket in `dir`, given up at `deadline` (a
 /// full listen backlog makes connect wait: init is paused or busy).
 fn connect(dir: &Path, deadline: Option<Instant>) -> std::io::Result<UnixStream> {
     use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType, UnixAddr};
@@ -159,7 +219,7 @@ fn time_left(deadline: Instant) -> std::io::Result<nix::sys::time::TimeVal> {
     Ok(nix::sys::time::TimeVal::new(us / 1_000_000, us % 1_000_000))
 }
 
-impl AgentProcess {
+impl ResidentProcess {
     /// The program's pid in the container's pid namespace.
     pub fn pid(&self) -> i32 {
         self.pid
@@ -183,11 +243,11 @@ impl AgentProcess {
 
     /// Waits until the program ends. `None` if init went away first (the
     /// container was killed), so no status is known.
-    pub fn wait(&mut self) -> Result<Option<AgentExit>> {
+    pub fn wait(&mut self) -> Result<Option<ResidentExit>> {
         loop {
             let exit = match self.reply()? {
-                Some(Reply::Exited { code }) => AgentExit::Exited(code),
-                Some(Reply::Signaled { signal }) => AgentExit::Signaled(signal),
+                Some(Reply::Exited { code }) => ResidentExit::Exited(code),
+                Some(Reply::Signaled { signal }) => ResidentExit::Signaled(signal),
                 Some(_) => continue,
                 None => return Ok(None),
             };
@@ -262,7 +322,7 @@ impl AgentProcess {
     }
 }
 
-impl Drop for AgentProcess {
+impl Drop for ResidentProcess {
     /// Before its status: the program and what it started are killed
     /// (init does the same when the connection closes, unless it is
     /// paused). After: what it left running moves up into the

@@ -26,6 +26,10 @@ use crate::error::{Error, Result};
 use crate::options::SandboxOptions;
 
 const DIR: &str = "sandbox-pool";
+
+/// How long a pooled box waits unused before it is purged, unless `pool
+/// fill --idle-lifetime` says otherwise.
+pub const DEFAULT_IDLE_LIFETIME: Duration = Duration::from_secs(600);
 const RECORD: &str = "record.json";
 
 /// The options pool boxes of a key are made with, as `pool fill` was
@@ -96,7 +100,7 @@ impl PoolOptions {
             no_seccomp: o.no_seccomp,
             cgroup_parent: o.cgroup_parent.clone(),
             id_range: o.host_ids.to_string(),
-            idle_lifetime_s: o.lifetime.unwrap_or(super::DEFAULT_IDLE_LIFETIME).as_secs_f64(),
+            idle_lifetime_s: o.lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME).as_secs_f64(),
         }
     }
 
@@ -128,7 +132,7 @@ impl PoolOptions {
             no_seccomp: self.no_seccomp,
             cgroup_parent: self.cgroup_parent.clone(),
             host_ids: self.id_range.parse()?,
-            lifetime: Some(Duration::try_from_secs_f64(self.idle_lifetime_s).unwrap_or(super::DEFAULT_IDLE_LIFETIME)),
+            lifetime: Some(Duration::try_from_secs_f64(self.idle_lifetime_s).unwrap_or(DEFAULT_IDLE_LIFETIME)),
             ..SandboxOptions::default()
         })
     }
@@ -291,5 +295,38 @@ pub(crate) fn remove_old_layout(root: &Path, key: &str) -> Result<bool> {
     match std::fs::symlink_metadata(&path) {
         Ok(m) if !m.is_dir() => std::fs::remove_file(&path).map(|()| true).map_err(|e| Error::io("remove", path, e)),
         _ => Ok(false),
+    }
+}
+
+/// Removes what a fill killed before it wrote its key's record left: the
+/// key's directory (no box of a key is made before its record is written).
+pub(crate) fn collect(root: &Path) {
+    for key in keys(root) {
+        if read(root, &key).is_some() {
+            continue;
+        }
+        if let Ok(Some(lock)) = lock(root, &key, Take::IfFree) {
+            if lock.read().is_none() {
+                let _ = lock.remove();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_without_a_record_is_collected() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let held = lock(root, "poolaa", Take::Make).unwrap().unwrap();
+        held.write(&Record { count: 1, options: PoolOptions::of(&SandboxOptions::default()) }).unwrap();
+        drop(held);
+        drop(lock(root, "poolbb", Take::Make).unwrap());
+        collect(root);
+        assert_eq!(keys(root), ["poolaa"]);
+        assert_eq!(read(root, "poolaa").map(|r| r.count), Some(1));
     }
 }

@@ -3,47 +3,30 @@
 //!
 //! A box is taken by claiming it (module `claim`); what to keep of each key,
 //! and who may make boxes for it, is the key's record and lock (module
-//! `record`). Boxes are made for a key only under its lock, by a fill, the
+//! `keys`). Boxes are made for a key only under its lock, by a fill, the
 //! refill after a run, or the reaper replacing expired ones; each counts
 //! the idle boxes and makes the missing ones, so together they never keep
 //! more than asked for, and a drain (which takes the lock too) leaves
 //! nothing that a refill made behind its back.
 
-mod claim;
-mod record;
-
 use std::path::Path;
 use std::time::Duration;
 
-use super::options::SandboxOptions;
-use super::run::launch;
+use crate::claim;
 use crate::error::{Error, Result};
+use crate::keys::{self, PoolOptions, Record, Take, DEFAULT_IDLE_LIFETIME};
+use crate::layout::{self, POOL};
 use crate::lifetime::deadline_ms;
-use crate::sys::{self, Forked};
-pub(crate) use claim::Claim;
-pub use record::PoolOptions;
-use record::{Record, Take};
-
-/// Pool sandboxes' ids start with this, followed by the key.
-const PREFIX: &str = "pool";
+use crate::make::launch;
+use crate::options::SandboxOptions;
+use crate::teardown::terminate;
 
 /// A key for everything that shapes a box's isolation (limits, seccomp,
 /// network, root, mounts, env, ...), so a run only takes a box made exactly
 /// as it would make one itself: never one with a looser filter or another
 /// root.
 pub(crate) fn key(o: &SandboxOptions) -> Result<String> {
-    Ok(format!("{PREFIX}{}", super::spec::isolation_digest(o)?))
-}
-
-/// The key of pool box `id` (`<key>-<random>`); `None` for another box.
-pub(crate) fn key_of(id: &str) -> Option<&str> {
-    id.strip_prefix(PREFIX)?;
-    id.rsplit_once('-').map(|(k, _)| k)
-}
-
-/// Reads box `id`'s claim (see module `claim`).
-pub(crate) fn claim(root: &Path, id: &str) -> Claim {
-    claim::read(root, id)
+    Ok(format!("{POOL}{}", crate::spec::isolation_digest(o)?))
 }
 
 /// The boxes of `key` seen running and unclaimed, with more than `margin`
@@ -56,10 +39,8 @@ fn idle(root: &Path, key: &str, margin: Duration) -> Result<Vec<String>> {
 /// The states of the boxes whose ids `wanted` takes, each read on its own:
 /// a pool's boxes of one key, not every box of the root with its owner.
 fn states(root: &Path, wanted: impl Fn(&str) -> bool) -> Vec<tinyrun::ContainerState> {
-    let rt = tinyrun::Runtime::new(root.join("sandbox"));
-    let ids: Vec<String> = std::fs::read_dir(rt.root())
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
+    let rt = layout::runtime(root);
+    let ids = layout::names(rt.root());
     ids.iter().filter(|id| wanted(id)).filter_map(|id| rt.peek(id).ok().map(|c| c.state())).collect()
 }
 
@@ -95,9 +76,7 @@ fn usable(root: &Path, s: &tinyrun::ContainerState, claimed: Option<bool>, margi
 /// The boxes (of those `wanted`) whose state dir exists, each with whether
 /// it holds a claim.
 fn claims(root: &Path, wanted: impl Fn(&str) -> bool) -> std::collections::HashMap<String, bool> {
-    let ids: Vec<String> = std::fs::read_dir(root.join("sandbox"))
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
-        .unwrap_or_default();
+    let ids = layout::names(&root.join("sandbox"));
     ids.into_iter().filter(|id| wanted(id)).map(|id| (id.clone(), claim::file(root, &id).exists())).collect()
 }
 
@@ -129,14 +108,14 @@ pub struct PoolBox {
 
 /// Every box of the pool.
 pub fn list(root: &Path) -> Result<Vec<PoolBox>> {
-    crate::lifetime::reap_expired(root);
+    crate::expiry::reap_expired(root);
     // Claims before statuses, as in [`idle_from`]: a used box being
     // removed is never shown idle.
-    let claims = claims(root, |id| id.starts_with(PREFIX));
+    let claims = claims(root, |id| id.starts_with(POOL));
     let mut records = std::collections::HashMap::new();
     let mut out = Vec::new();
-    for s in super::run::list(root)?.into_iter() {
-        let Some(key) = key_of(&s.id).map(str::to_string) else { continue };
+    for s in crate::expiry::list(root)?.into_iter() {
+        let Some(key) = layout::pool_key(&s.id).map(str::to_string) else { continue };
         let state = if s.status != tinyrun::Status::Running {
             s.status.to_string()
         } else if claims.get(&s.id) == Some(&true) || claim::file(root, &s.id).exists() {
@@ -145,7 +124,7 @@ pub fn list(root: &Path) -> Result<Vec<PoolBox>> {
             "idle".to_string()
         };
         let expires_in_s = crate::lifetime::remaining(root, &s.id).map(|d| d.as_secs());
-        let rec: &Option<Record> = records.entry(key.clone()).or_insert_with(|| record::read(root, &key));
+        let rec: &Option<Record> = records.entry(key.clone()).or_insert_with(|| keys::read(root, &key));
         let (target, options) = (rec.as_ref().map(|r| r.count), rec.as_ref().map(|r| r.options.shown()));
         out.push(PoolBox { id: s.id, key, state, created: s.created, expires_in_s, target, options });
     }
@@ -159,8 +138,8 @@ pub fn list(root: &Path) -> Result<Vec<PoolBox>> {
 pub fn drain(root: &Path, key: Option<&str>) -> Result<Vec<String>> {
     let Some(key) = key else {
         let mut gone = Vec::new();
-        for key in record::keys(root) {
-            if !record::remove_old_layout(root, &key)? {
+        for key in keys::keys(root) {
+            if !keys::remove_old_layout(root, &key)? {
                 gone.extend(drain_key(root, &key)?.unwrap_or_default());
             }
         }
@@ -169,7 +148,7 @@ pub fn drain(root: &Path, key: Option<&str>) -> Result<Vec<String>> {
         return Ok(gone);
     };
     tinyrun::check_id(key)?;
-    let had_old = record::remove_old_layout(root, key)?;
+    let had_old = keys::remove_old_layout(root, key)?;
     match drain_key(root, key)? {
         Some(gone) => Ok(gone),
         None if had_old => Ok(Vec::new()),
@@ -180,7 +159,7 @@ pub fn drain(root: &Path, key: Option<&str>) -> Result<Vec<String>> {
 /// Drains one key, holding its lock throughout; `None` if the key has
 /// neither a record nor a box.
 fn drain_key(root: &Path, key: &str) -> Result<Option<Vec<String>>> {
-    let lock = record::lock(root, key, Take::Wait)?;
+    let lock = keys::lock(root, key, Take::Wait)?;
     let gone = remove_unused(root, |k| k == key)?;
     let known = lock.is_some() || !gone.is_empty();
     if let Some(l) = lock {
@@ -196,7 +175,7 @@ fn remove_unused(root: &Path, wanted: impl Fn(&str) -> bool) -> Result<Vec<Strin
         // Claimed first, so no run takes it while it goes; the claim's
         // deadline is now, so a reaper may purge it if we can't.
         if b.state != "idle" || claim::take(root, &b.id, deadline_ms(Duration::ZERO))? {
-            match super::run::terminate(root, &b.id) {
+            match terminate(root, &b.id) {
                 Ok(()) => gone.push(b.id),
                 // Purged meanwhile (its idle lifetime ended).
                 Err(Error::Runtime(tinyrun::RuntimeError::NotFound(_))) => {}
@@ -207,10 +186,6 @@ fn remove_unused(root: &Path, wanted: impl Fn(&str) -> bool) -> Result<Vec<Strin
     Ok(gone)
 }
 
-/// How long a pooled box waits unused before it is purged, unless `pool
-/// fill --idle-lifetime` says otherwise.
-pub const DEFAULT_IDLE_LIFETIME: Duration = Duration::from_secs(600);
-
 /// Makes idle sandboxes until `n` of these options are waiting (or removes
 /// idle ones until only `n` are), and records the options and `n` for
 /// later refills. Each waits at most `opts.lifetime` (default
@@ -219,7 +194,7 @@ pub fn fill(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>>
     opts.validate()?;
     let opts = &SandboxOptions { lifetime: Some(opts.lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME)), ..opts.clone() };
     let key = key(opts)?;
-    let Some(lock) = record::lock(root, &key, Take::Make)? else {
+    let Some(lock) = keys::lock(root, &key, Take::Make)? else {
         return Err(Error::InvalidState(format!("sandbox pool {key}: its record could not be made")));
     };
     lock.write(&Record { count: n, options: PoolOptions::of(opts) })?;
@@ -229,11 +204,11 @@ pub fn fill(root: &Path, opts: &SandboxOptions, n: usize) -> Result<Vec<String>>
 /// Makes boxes of `key` until `n` are idle, or removes idle ones until
 /// only `n` are. The caller holds the key's lock: nobody else makes boxes
 /// of the key meanwhile.
-fn top_up(root: &Path, opts: &SandboxOptions, key: &str, n: usize, _held: &record::KeyLock) -> Result<Vec<String>> {
+fn top_up(root: &Path, opts: &SandboxOptions, key: &str, n: usize, _held: &keys::KeyLock) -> Result<Vec<String>> {
     let idle = idle(root, key, Duration::ZERO)?;
     for id in idle.iter().skip(n) {
         if claim::take(root, id, deadline_ms(Duration::ZERO))? {
-            super::run::terminate(root, id)?;
+            terminate(root, id)?;
         }
     }
     // Runs that take boxes meanwhile start refills of their own, which
@@ -243,8 +218,8 @@ fn top_up(root: &Path, opts: &SandboxOptions, key: &str, n: usize, _held: &recor
 
 /// Tops up the pool of `key` from its record, taking its lock as `how`
 /// says; nothing if the key has no record (never filled, or drained).
-fn refill(root: &Path, key: &str, how: Take) -> Result<Vec<String>> {
-    let Some(lock) = record::lock(root, key, how)? else { return Ok(Vec::new()) };
+pub(crate) fn refill(root: &Path, key: &str, how: Take) -> Result<Vec<String>> {
+    let Some(lock) = keys::lock(root, key, how)? else { return Ok(Vec::new()) };
     let Some(rec) = lock.read() else { return Ok(Vec::new()) };
     if idle(root, key, Duration::ZERO)?.len() == rec.count {
         return Ok(Vec::new());
@@ -272,24 +247,9 @@ const RETRY: Duration = Duration::from_secs(30);
 pub(crate) fn refill_all(root: &Path, failed: &mut Backoff) {
     let now = std::time::Instant::now();
     failed.retain(|_, again| *again > now);
-    for key in record::keys(root) {
+    for key in keys::keys(root) {
         if !failed.contains_key(&key) && refill(root, &key, Take::IfFree).is_err() {
             failed.insert(key, now + RETRY);
-        }
-    }
-}
-
-/// Removes what a fill killed before it wrote its key's record left: the
-/// key's directory (no box of a key is made before its record is written).
-pub(crate) fn collect(root: &Path) {
-    for key in record::keys(root) {
-        if record::read(root, &key).is_some() {
-            continue;
-        }
-        if let Ok(Some(lock)) = record::lock(root, &key, Take::IfFree) {
-            if lock.read().is_none() {
-                let _ = lock.remove();
-            }
         }
     }
 }
@@ -305,10 +265,10 @@ pub fn take(root: &Path, opts: &SandboxOptions) -> Result<Option<String>> {
 /// the status of all of them. Claims are still read before statuses (see
 /// [`idle_from`]).
 pub(crate) fn take_keyed(root: &Path, key: &str, timeout: Duration) -> Result<Option<String>> {
-    crate::lifetime::reap_expired(root);
+    crate::expiry::reap_expired(root);
     let k = format!("{key}-");
     let claims = claims(root, |id| id.starts_with(&k));
-    let rt = tinyrun::Runtime::new(root.join("sandbox"));
+    let rt = layout::runtime(root);
     let deadline = deadline_ms(timeout);
     for (id, claimed) in &claims {
         let Ok(state) = rt.peek(id).map(|c| c.state()) else { continue };
@@ -317,42 +277,6 @@ pub(crate) fn take_keyed(root: &Path, key: &str, timeout: Duration) -> Result<Op
         }
     }
     Ok(None)
-}
-
-/// Removes a used pool sandbox (`used`; none after a miss) and tops the
-/// pool back up, in a detached child, so the caller that just used it
-/// waits for neither. After a miss the pool is empty (its boxes expired
-/// unused, or all are taken): it is topped up as after a hit, where `pool
-/// fill` left a record for the key.
-///
-/// # Preconditions
-/// The caller is single-threaded (see `sys::fork`).
-pub(crate) fn recycle_detached(root: &Path, key: &str, used: Option<&str>) -> Result<()> {
-    let filled = record::read(root, key).is_some();
-    if used.is_none() && !filled {
-        return Ok(());
-    }
-    let remove = || used.map_or(Ok(()), |id| super::run::terminate(root, id));
-    let forked = match sys::fork() {
-        Ok(f) => f,
-        // No child to do it: remove the used box here, so it never lingers.
-        Err(_) => return remove(),
-    };
-    if let Forked::Child = forked {
-        // Nothing is left to report to: the caller has its answer.
-        let _ = nix::unistd::setsid();
-        // The caller's command line (its --env values too) is not ours to
-        // show for as long as a refill takes: without a title of our own,
-        // the used box is removed but nothing is refilled.
-        let concealed = tinyrun::conceal_cmdline(c"tinyrun-pool").is_ok();
-        // Our stdout may be the caller's pipe: don't hold it open.
-        sys::detach_stdio(&[]);
-        let removed = remove();
-        // A key nobody filled (or one drained since) is not refilled.
-        let refilled = if filled && concealed { refill(root, key, Take::Wait).map(drop) } else { Ok(()) };
-        sys::exit_child(i32::from(removed.is_err() || refilled.is_err()));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -396,26 +320,6 @@ mod tests {
         assert_eq!(idle, [free]);
         // Boxes of another key are never idle for this one.
         assert!(idle_from(root, "poolz", CLAIM_MARGIN, || Ok(vec![running(free)])).unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_key_without_a_record_is_collected() {
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path();
-        let lock = record::lock(root, "poolaa", Take::Make).unwrap().unwrap();
-        lock.write(&Record { count: 1, options: PoolOptions::of(&SandboxOptions::default()) }).unwrap();
-        drop(lock);
-        drop(record::lock(root, "poolbb", Take::Make).unwrap());
-        collect(root);
-        assert_eq!(record::keys(root), ["poolaa"]);
-        assert_eq!(record::read(root, "poolaa").map(|r| r.count), Some(1));
-    }
-
-    #[test]
-    fn a_key_comes_from_a_pool_box_id_only() {
-        assert_eq!(key_of("pool0123abcd-00aa11bb22cc"), Some("pool0123abcd"));
-        assert_eq!(key_of("sbx-00aa11bb22cc"), None);
-        assert_eq!(key_of("run-00aa11bb22cc"), None);
     }
 
     /// What a fill records gives back the options it was given, and the
