@@ -19,6 +19,7 @@ mod boxlock;
 mod copy;
 mod error;
 mod gc;
+pub mod guard;
 mod idle;
 mod ids;
 mod image;
