@@ -52,6 +52,11 @@ fn decode<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<T> {
 /// container in its pod's user namespace, the pod's egress guard loaded.
 pub fn create(rt: &Runtime, id: &str, opts: &CreateOptions) -> Result<()> {
     let policy = Policy::load(rt.root())?;
+    // Checked as written, before the runtime's own validation, so what the
+    // guard refuses is refused by its name.
+    let path = opts.bundle.join("config.json");
+    let raw = std::fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+    harden::check(&serde_json::from_slice(&raw).unwrap_or(Value::Null), &policy)?;
     let bundle = tinyrun::spec::load(&opts.bundle)?;
     let mut spec = encode("config.json", &bundle.spec)?;
     harden::check(&spec, &policy)?;
@@ -71,7 +76,10 @@ pub fn create(rt: &Runtime, id: &str, opts: &CreateOptions) -> Result<()> {
         }
     }
     let spec: Spec = decode("config", spec)?;
-    rt.create_bundle(id, &Bundle { spec, ..bundle }, opts)?;
+    // Every guarded container compiles the same few profiles: keep them.
+    let cache = rt.root().parent().map(|d| d.join("guard-seccomp"));
+    let opts = CreateOptions { seccomp_cache: opts.seccomp_cache.clone().or(cache), ..opts.clone() };
+    rt.create_bundle(id, &Bundle { spec, ..bundle }, &opts)?;
     Ok(())
 }
 
