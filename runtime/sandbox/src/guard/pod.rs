@@ -153,7 +153,7 @@ mod tests {
         let mut spec = json!({"linux": {"namespaces": []}});
         let _lock = enter(&rt, &mut spec, &Pod::Own, pool).unwrap();
         let first = spec["annotations"][HOST_ID].as_str().unwrap().parse::<u32>().unwrap();
-        assert!(first >= 0x6000_0000 && first < 0x6000_0000 + 4 * BLOCK);
+        assert!((0x6000_0000..0x6000_0000 + 4 * BLOCK).contains(&first));
         assert_eq!(spec["linux"]["uidMappings"][0]["hostID"], json!(first));
         assert_eq!(spec["linux"]["namespaces"], json!([{"type": "user"}]));
     }
