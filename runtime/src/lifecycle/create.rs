@@ -410,9 +410,11 @@ fn init_config<'a>(
 /// another host id, which may not be able to walk to the sources
 /// (containerd's pod directories are not open to others). Init attaches
 /// each in its place; runc 1.2 passes mount fds the same way. Keyed by the
-/// mount's destination.
+/// mount's destination. Only for a runtime that is root of the initial
+/// user namespace: `open_tree` needs that, and a rootless runtime's
+/// container root is the caller itself, who reaches the sources anyway.
 fn bind_sources(b: &Bundle, plan: &Plan) -> Result<Vec<(PathBuf, OwnedFd)>> {
-    if !plan.other_user_ns() {
+    if !plan.other_user_ns() || crate::idmap::needs_dumpable_child() {
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
