@@ -37,6 +37,8 @@ use clap::{CommandFactory, FromArgMatches};
 fn main() -> ExitCode {
     tinyrun::raise_nofile();
     let raw: Vec<String> = std::env::args().collect();
+    // Called by the guarded class's name: every container gets its guard.
+    let guarded = raw.first().is_some_and(|a| tinyrun_sandbox::guard::selected(a));
     // Built once: making clap's command tree is a good part of our startup.
     let command = args::Cli::command();
     let argv = args::normalize(&command, raw);
@@ -74,7 +76,7 @@ fn main() -> ExitCode {
         true => log.sentence("tinyrun sandbox", &one_line(e)),
         false => log.error(&one_line(e)),
     };
-    match cmd::dispatch(&cli, command, &log) {
+    match cmd::dispatch(&cli, command, &log, guarded) {
         Ok(code) => ExitCode::from(code),
         // The container could reach our binary: run again from a sealed copy.
         Err(e) if matches!(e.downcast_ref(), Some(tinyrun::RuntimeError::NeedsSealedBinary)) => {

@@ -1,7 +1,7 @@
 //! The Kubernetes path: a private containerd (Debian's, CRI plugin on) driven over its CRI
 //! gRPC socket the way kubelet drives it, with the runtime under test as the runtime handler
 //! `tinyrun`, and the same scenarios under handler `runc` as the reference (`tinyrun::NAME`
-//! and `runc::NAME`). Pods get an address from a CNI bridge network of the test's own. See
+//! and `runc::NAME`), and most of them under the guarded class (`guarded::NAME`). Pods get an address from a CNI bridge network of the test's own. See
 //! `cri_common` for what is set up and removed.
 //!
 //! Needs root, containerd, containernetworking-plugins and runc (`conformance/install-deps`):
@@ -47,6 +47,36 @@ scenarios!(
     container_stats,
     removal_leaves_nothing,
     bidirectional_mount,
+    volumes,
+);
+
+/// The ordinary scenarios on the guarded class (`cri_guard.rs` has its defenses): those whose
+/// pods ask for nothing it refuses. `security_context` (its control container runs Unconfined
+/// with containerd's capabilities) and `bidirectional_mount` (SYS_ADMIN, a host directory) ask
+/// for what it refuses or caps, and are tried there as attacks instead; `pod_ip` reads addresses
+/// with `ip`, over a netlink socket, which the sandbox's seccomp profile refuses (the address is
+/// checked there through /proc instead).
+macro_rules! guarded_scenarios {
+    ($($name:ident),* $(,)?) => {
+        mod guarded {$(
+            #[test]
+            fn $name() {
+                super::scenario("guarded", super::$name);
+            }
+        )*}
+    };
+}
+
+guarded_scenarios!(
+    container_logs,
+    exec_sync,
+    shared_network_and_pid_namespaces,
+    oom_killed,
+    update_resources,
+    stop_grace_period,
+    container_stats,
+    removal_leaves_nothing,
+    volumes,
 );
 
 fn scenario(handler: &'static str, body: fn(&Cri)) {
@@ -401,6 +431,36 @@ fn bidirectional_mount(cri: &Cri) {
     mount(&["-t", "tmpfs", "-o", "size=1m", "tmpfs"], &host.join("from-host"));
     std::fs::write(host.join("from-host/marker"), "h\n").expect("write on the host's mount");
     assert_eq!(cri.exec_ok(&c, &["cat", "/data/from-host/marker"]), "h\n", "the host's mount is not in the container");
+}
+
+/// emptyDir- and configMap-style volumes, as kubelet makes them under its pods dir: an empty
+/// world-writable directory that one container writes and another of the pod reads, and a
+/// directory of files mounted read-only that a container reads and cannot write.
+fn volumes(cri: &Cri) {
+    let scratch = cri.volume_dir("scratch", 0o777);
+    let config = cri.volume_dir("config", 0o755);
+    std::fs::write(config.join("app.conf"), "key=value\n").expect("write the config file");
+    let pod = cri.run_pod("volumes", false);
+    let mount = |at: &str, host: &std::path::Path, readonly: bool| api::Mount {
+        container_path: at.into(),
+        host_path: host.display().to_string(),
+        readonly,
+        ..Default::default()
+    };
+    let script = "echo from-writer > /scratch/out && cat /config/app.conf && echo done; exec sleep 1000";
+    let mut cfg = Cri::container_config("writer", &["sh", "-c", script]);
+    cfg.mounts = vec![mount("/scratch", &scratch, false), mount("/config", &config, true)];
+    let writer = cri.run_with(&pod, cfg);
+    let log = cri.wait_log(&writer, "done", 30);
+    assert!(log.iter().any(|l| l.text == "key=value"), "the config file was not read: {log:?}");
+    let mut cfg = Cri::container_config("reader", &["sleep", "1000"]);
+    cfg.mounts = vec![mount("/scratch", &scratch, false)];
+    let reader = cri.run_with(&pod, cfg);
+    assert_eq!(cri.exec_ok(&reader, &["cat", "/scratch/out"]), "from-writer\n");
+    assert_eq!(std::fs::read_to_string(scratch.join("out")).expect("read on the host"), "from-writer\n");
+    let r = cri.exec(&writer, &["sh", "-c", "echo x > /config/new"]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.exit_code != 0 && err.contains("Read-only file system"), "wrote to a read-only volume: {r:?}");
 }
 
 #[derive(Debug)]

@@ -4,9 +4,10 @@
 //! namespace path up front (so a bad path is an error before anything
 //! exists); it also joins a pid or time namespace given by path itself,
 //! because those only take effect for children. The cloned child then
-//! [`Plan::enter`]s the rest, in the kernel's required order: the user
-//! namespace first, since joining or creating the others needs capabilities
-//! in it.
+//! [`Plan::enter`]s the rest ([`join_all`]): each joined namespace other
+//! than the user one with the runtime's credentials where the kernel allows
+//! it, the user namespace, then the namespaces that needed it; new
+//! namespaces are made once the user namespace is entered, so it owns them.
 //!
 //! Fast path (no namespace joined by path, or no new user namespace): one
 //! `clone3` makes every new namespace at once. Otherwise the child joins,
@@ -22,7 +23,7 @@ use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
-use crate::error::{Result, RuntimeError, SysError};
+use crate::error::{InitError, Result, RuntimeError, SysError};
 use crate::sys::fs::open_path;
 
 /// The clone flag of a namespace type.
@@ -86,7 +87,8 @@ impl Plan {
                 }
             }
         }
-        // User namespace first: the others are joined with its credentials.
+        // The user namespace first in the list; see join_all for the order
+        // they are joined in.
         joins.sort_by_key(|j| j.typ != LinuxNamespaceType::User);
 
         let new_user = new.contains(&LinuxNamespaceType::User);
@@ -180,6 +182,39 @@ pub(crate) fn proc_name(t: LinuxNamespaceType) -> &'static str {
 /// `setns(2)` naming the namespace type in the error.
 pub(crate) fn setns(j: &Join) -> Result<(), SysError> {
     nix::sched::setns(&j.fd, flag(j.typ)).map_err(|e| SysError::new("setns", format_args!("{} namespace", j.typ), e))
+}
+
+/// Joins `joins` (the user namespace first in the list), in the child.
+/// Every other namespace is tried first with the caller's credentials: a
+/// privileged runtime may then join one that the user namespace it also
+/// joins has no power over (a pod's network namespace, owned by the host's
+/// user namespace, shared with containers in a user namespace of the
+/// pod's). One refused with EPERM there (a rootless runtime has privilege
+/// only inside the user namespace) is joined again once the user namespace
+/// is, as runc 1.2 does; `after_user` runs right after that join. No
+/// allocation: this runs between clone and execve.
+pub(crate) fn join_all(joins: &[Join], after_user: impl FnOnce() -> Result<(), InitError>) -> Result<(), InitError> {
+    let is_user = |j: &Join| j.typ == LinuxNamespaceType::User;
+    let mut deferred: u64 = 0;
+    for (i, j) in joins.iter().enumerate().filter(|(_, j)| !is_user(j)) {
+        match setns(j) {
+            Ok(()) => {}
+            Err(e) if e.errno == nix::errno::Errno::EPERM && i < 64 && joins.iter().any(is_user) => {
+                deferred |= 1 << i;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(user) = joins.iter().find(|j| is_user(j)) {
+        setns(user)?;
+        after_user()?;
+    }
+    for (i, j) in joins.iter().enumerate() {
+        if i < 64 && deferred & (1 << i) != 0 {
+            setns(j)?;
+        }
+    }
+    Ok(())
 }
 
 /// `unshare(2)` naming the flags in the error.

@@ -3,9 +3,16 @@ use tinyrun::{CreateOptions, Runtime};
 use crate::args::{Cli, CreateArgs};
 use crate::logging::Logger;
 
-pub(crate) fn run(rt: &Runtime, cli: &Cli, a: &CreateArgs, log: &Logger) -> anyhow::Result<u8> {
+pub(crate) fn run(rt: &Runtime, cli: &Cli, a: &CreateArgs, log: &Logger, guarded: bool) -> anyhow::Result<u8> {
     let opts = options(cli, a, true, log)?;
-    rt.create(&a.id, &opts)?;
+    match guarded {
+        // The runtime's own errors as they are: main looks for one of them.
+        true => tinyrun_sandbox::guard::create(rt, &a.id, &opts).map_err(|e| match e {
+            tinyrun_sandbox::Error::Runtime(r) => anyhow::Error::from(r),
+            e => e.into(),
+        })?,
+        false => drop(rt.create(&a.id, &opts)?),
+    }
     Ok(0)
 }
 

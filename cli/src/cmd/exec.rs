@@ -5,7 +5,7 @@ use crate::logging::Logger;
 
 /// Exit status: the program's, or 255 when exec itself fails (the caller
 /// tells the two apart by that).
-pub(crate) fn run(rt: &Runtime, a: &ExecArgs, log: &Logger) -> anyhow::Result<u8> {
+pub(crate) fn run(rt: &Runtime, a: &ExecArgs, log: &Logger, guarded: bool) -> anyhow::Result<u8> {
     if a.pidfd_socket.is_some() {
         anyhow::bail!("--pidfd-socket is not supported");
     }
@@ -26,6 +26,10 @@ pub(crate) fn run(rt: &Runtime, a: &ExecArgs, log: &Logger) -> anyhow::Result<u8
             no_new_privs: a.no_new_privs,
             tty: a.tty,
         })?,
+    };
+    let process = match guarded {
+        true => tinyrun_sandbox::guard::exec_process(rt, process).map_err(anyhow::Error::from)?,
+        false => process,
     };
     log.debug(&format!("exec {:?} in {}", process.args(), a.id));
     let code = c.exec(&ExecOptions {

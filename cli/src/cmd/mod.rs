@@ -26,11 +26,15 @@ use tinyrun::Runtime;
 use crate::args::{Cli, Command};
 use crate::logging::Logger;
 
-pub(crate) fn dispatch(cli: &Cli, command: &Command, log: &Logger) -> anyhow::Result<u8> {
+/// `guarded`: called as the guarded class (`tinyrun-guarded`).
+pub(crate) fn dispatch(cli: &Cli, command: &Command, log: &Logger, guarded: bool) -> anyhow::Result<u8> {
     let rt = Runtime::new(state_root(cli));
     log.debug(&format!("state root {}", rt.root().display()));
+    if guarded && matches!(command, Command::Run(_) | Command::Sandbox(_)) {
+        anyhow::bail!("{} offers create, start and exec: not run or sandbox", tinyrun_sandbox::guard::GUARDED_NAME);
+    }
     match command {
-        Command::Create(a) => create::run(&rt, cli, a, log),
+        Command::Create(a) => create::run(&rt, cli, a, log, guarded),
         Command::Start(a) => start::run(&rt, a),
         Command::State(a) => state::run(&rt, a),
         Command::Kill(a) => kill::run(&rt, a),
@@ -38,7 +42,7 @@ pub(crate) fn dispatch(cli: &Cli, command: &Command, log: &Logger) -> anyhow::Re
         Command::Run(a) => run::run(&rt, cli, a, log),
         Command::List(a) => list::run(&rt, a),
         Command::Spec(a) => spec::run(a),
-        Command::Exec(a) => exec::run(&rt, a, log),
+        Command::Exec(a) => exec::run(&rt, a, log, guarded),
         Command::Ps(a) => ps::run(&rt, a),
         Command::Events(a) => events::run(&rt, a),
         Command::Pause(a) => pause::pause(&rt, a),

@@ -80,7 +80,7 @@ pub struct LogLine {
 }
 
 pub struct Cri {
-    /// The runtime handler the test's pods ask for: `tinyrun` or `runc`.
+    /// The runtime handler the test's pods ask for: `tinyrun`, `runc` or `guarded`.
     pub handler: &'static str,
     /// `cri-<pid>-<n>`: the cgroup parent's name under /tinyrun-test and the network's name.
     pub tag: String,
@@ -94,7 +94,8 @@ pub struct Cri {
 }
 
 impl Cri {
-    /// A fresh containerd for one test, with pods of handler `handler` ("tinyrun" or "runc").
+    /// A fresh containerd for one test, with pods of handler `handler` ("tinyrun", "runc" or
+    /// "guarded").
     pub fn start(handler: &'static str) -> Cri {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         static REAPED: Once = Once::new();
@@ -135,8 +136,10 @@ impl Cri {
         let handlers = [
             RuntimeHandler { name: "tinyrun", binary: runtime_bin(), root: self.work.join("tinyrun-root") },
             RuntimeHandler { name: "runc", binary: RUNC.into(), root: self.work.join("runc-root") },
+            RuntimeHandler { name: "guarded", binary: self.guarded_binary(), root: self.work.join("guarded-root") },
         ];
         assert!(handlers[0].binary.exists(), "{} not built (cargo build -p tinyrun-cli)", handlers[0].binary.display());
+        self.write_policy();
         let config = self.work.join("config.toml");
         fs::write(&config, daemon::config(&self.layout, &handlers, PAUSE, systemd_driver()))
             .expect("write config.toml");
@@ -176,6 +179,43 @@ impl Cri {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("containerd's CRI not ready within 30s: {last}\n{}", daemon::log_tail(&self.layout, 20));
+    }
+
+    /// The guarded class: the binary under test by the name that selects
+    /// it, a link in the work dir. The work dir is made searchable (not
+    /// readable) by others: a guarded pod's ids are unprivileged host ids,
+    /// which must walk to its root filesystem and volumes.
+    fn guarded_binary(&self) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let link = self.work.join("bin/tinyrun-guarded");
+        fs::create_dir_all(self.work.join("bin")).expect("mkdir bin");
+        std::os::unix::fs::symlink(runtime_bin(), &link).expect("link tinyrun-guarded");
+        fs::set_permissions(&self.work, fs::Permissions::from_mode(0o711)).expect("chmod work dir");
+        link
+    }
+
+    /// The guarded handler's policy, in its Root: containerd's own dirs
+    /// and the test's pod volumes ([`Cri::volume_dir`]) may be bound, and
+    /// the pods' subnet reached.
+    fn write_policy(&self) {
+        let root = self.work.join("guarded-root");
+        fs::create_dir(&root).expect("mkdir guarded root");
+        let policy = serde_json::json!({
+            "hostPaths": [self.layout.root, self.layout.state, self.work.join("pods")],
+            "allow": [self.net.cidr],
+        });
+        fs::write(root.join("guard.json"), policy.to_string()).expect("write guard.json");
+    }
+
+    /// A fresh directory for a pod's volume, as kubelet keeps them under
+    /// its pods dir (which the guarded policy allows), mode `mode`.
+    pub fn volume_dir(&self, name: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.work.join("pods").join(name);
+        fs::create_dir_all(&dir).expect("mkdir volume");
+        fs::set_permissions(self.work.join("pods"), fs::Permissions::from_mode(0o711)).expect("chmod pods");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(mode)).expect("chmod volume");
+        dir
     }
 
     pub fn client(&self) -> &Client {

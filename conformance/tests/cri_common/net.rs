@@ -2,8 +2,9 @@
 //! and subnet of the test's own, and what must be gone afterwards.
 //!
 //! Nothing can leave the machine: the bridge gets no address (`isGateway` false), so the host
-//! has no route into the subnet; the pods get no default route (IPAM `routes` empty), only the
-//! subnet's link route; `ipMasq` is false, so no NAT rule is written. The tests only talk to
+//! has no route into the subnet; the pods get no default route, only the subnet's link route
+//! and one to 169.254.169.254 through `.254` of the subnet (a fake metadata server that the
+//! guarded tests put on the bridge, in a namespace of their own); `ipMasq` is false, so no NAT rule is written. The tests only talk to
 //! 127.0.0.1 inside a pod.
 
 use std::fs;
@@ -67,7 +68,10 @@ impl Net {
                     "hairpinMode": false,
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": self.cidr}]],
+                        "ranges": [[{"subnet": self.cidr, "rangeEnd": format!("{}250", self.prefix)}]],
+                        // To a fake metadata server the guarded tests put on the bridge at
+                        // .254 (FakeMetadata); nowhere otherwise.
+                        "routes": [{"dst": "169.254.169.254/32", "gw": self.server()}],
                         "dataDir": self.ipam_dir,
                     },
                 },
@@ -75,6 +79,11 @@ impl Net {
         });
         let text = serde_json::to_string_pretty(&conf).expect("serialize conflist");
         fs::write(conf_dir.join(format!("10-{}.conflist", self.name)), text).expect("write conflist");
+    }
+
+    /// The address a test's own server takes on the bridge: `.254`.
+    pub fn server(&self) -> String {
+        format!("{}254", self.prefix)
     }
 
     pub fn contains(&self, ip: &str) -> bool {

@@ -59,6 +59,10 @@ pub enum Error {
     /// removed: the box does not start without it.
     #[error("sandbox network: {0}")]
     Network(String),
+    /// A container's config asks for what the guarded class refuses: the
+    /// field, and why.
+    #[error("refused by the guarded runtime class: {0}")]
+    Refused(String),
     /// The box's spec or the shipped seccomp profile could not be made.
     #[error("{0}")]
     InvalidSpec(String),

@@ -118,7 +118,7 @@ pub(crate) fn subordinate_ranges(path: &Path) -> Result<Vec<(u64, u64)>> {
         .collect())
 }
 
-fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+pub(crate) fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
     a.1 > 0 && b.1 > 0 && a.0 < b.0 + b.1 && b.0 < a.0 + a.1
 }
 

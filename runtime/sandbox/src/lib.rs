@@ -33,6 +33,7 @@ mod error;
 mod exec;
 mod expiry;
 mod gc;
+pub mod guard;
 mod idle;
 mod ids;
 mod image;

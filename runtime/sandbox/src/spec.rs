@@ -30,6 +30,25 @@ const HOST_ETC: [&str; 9] = [
     "mime.types",
 ];
 
+/// What a box may not see (`linux.maskedPaths`); the guarded class uses
+/// them too.
+pub(crate) const MASKED_PATHS: [&str; 12] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/sys/firmware",
+    "/proc/scsi",
+    "/sys/kernel",
+    "/sys/fs/cgroup",
+];
+/// What a box may read but not change (`linux.readonlyPaths`).
+pub(crate) const READONLY_PATHS: [&str; 5] = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+
 /// The seccomp allowlist shipped in bundles/profiles.
 const SECCOMP_PROFILE: &str = include_str!("../../../bundles/profiles/sandbox-seccomp.json");
 
@@ -289,7 +308,7 @@ fn skeleton(rootfs: &Path, links: &[(PathBuf, PathBuf)]) -> Result<()> {
 
 /// The box's root is host id `base`, which must be able to walk to its
 /// root filesystem: say so plainly instead of failing a mount later.
-fn reachable(root: &Path, base: u32) -> Result<()> {
+pub(crate) fn reachable(root: &Path, base: u32) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     for dir in root.ancestors().skip(1) {
         let Ok(meta) = std::fs::metadata(dir) else { continue };
@@ -315,7 +334,7 @@ fn reachable(root: &Path, base: u32) -> Result<()> {
 /// The root may be an image's: each destination is resolved inside it, a
 /// symlink on the way followed as the box would see it, never to the host.
 /// Those under /dev are made by init, in the box's own /dev tmpfs.
-fn mountpoints(rootfs: &Path, mounts: &[Value]) -> Result<()> {
+pub(crate) fn mountpoints(rootfs: &Path, mounts: &[Value]) -> Result<()> {
     let tree = Tree::open(rootfs)?;
     for m in mounts {
         let Some(dest) = m["destination"].as_str().filter(|d| !d.starts_with("/dev/")) else { continue };
@@ -378,10 +397,8 @@ fn spec_json(
             "cpu": {"quota": quota, "period": 100_000},
             "pids": {"limit": opts.pids}
         },
-        "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-                        "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-                        "/sys/kernel", "/sys/fs/cgroup"],
-        "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+        "maskedPaths": MASKED_PATHS,
+        "readonlyPaths": READONLY_PATHS
     });
     if !opts.no_seccomp {
         linux["seccomp"] = seccomp_profile()?;
@@ -414,7 +431,7 @@ fn spec_json(
 
 /// The shipped allowlist; a profile that doesn't parse is an error, never
 /// a box without a filter.
-pub(super) fn seccomp_profile() -> Result<Value> {
+pub(crate) fn seccomp_profile() -> Result<Value> {
     parse_profile(SECCOMP_PROFILE)
 }
 

@@ -60,6 +60,21 @@ impl Runtime {
         self.create_from(id, &bundle, opts, &Supervised::default(), None)
     }
 
+    /// Creates container `id` from `bundle`, loaded by the caller with
+    /// [`spec::load`] and maybe changed since (a config hardened before
+    /// use), with what a supervisor adds (`how`); `opts.bundle` is not
+    /// read.
+    pub fn create_bundle(
+        &self,
+        id: &str,
+        bundle: &Bundle,
+        opts: &CreateOptions,
+        how: &Supervised,
+    ) -> Result<Container> {
+        check_id(id)?;
+        self.create_from(id, bundle, opts, how, None)
+    }
+
     /// `create` from an already loaded bundle, with what a supervisor adds
     /// (`how`; none for runc's `create`), and the pty master sent to
     /// `console` (the runtime's own end for a foreground terminal) unless
@@ -376,5 +391,34 @@ fn init_config<'a>(
         cgroup_hierarchies: Vec::new(),
         maps_dumpable: crate::idmap::needs_dumpable_child(),
         runtime_in_user_ns: crate::idmap::in_user_namespace(),
+        bind_sources: bind_sources(b, plan)?,
     })
+}
+
+/// Bind mounts made now, detached, with the runtime's credentials, when
+/// init enters a user namespace before it mounts: its root there is
+/// another host id, which may not be able to walk to the sources
+/// (containerd's pod directories are not open to others). Init attaches
+/// each in its place; runc 1.2 passes mount fds the same way. Keyed by the
+/// mount's destination. Only for a runtime that is root of the initial
+/// user namespace: `open_tree` needs that, and a rootless runtime's
+/// container root is the caller itself, who reaches the sources anyway.
+fn bind_sources(b: &Bundle, plan: &Plan) -> Result<Vec<(PathBuf, OwnedFd)>> {
+    if !plan.other_user_ns() || crate::idmap::needs_dumpable_child() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for m in b.spec.mounts().as_deref().unwrap_or_default() {
+        let opts = m.options().as_deref().unwrap_or_default();
+        let bind = m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
+        let Some(src) = m.source().as_ref().filter(|_| bind) else { continue };
+        let src = if src.is_absolute() { src.clone() } else { b.dir.join(src) };
+        let field = || format!("mounts[{}]: bind mount source {}", m.destination().display(), src.display());
+        let c = std::ffi::CString::new(src.as_os_str().as_encoded_bytes())
+            .map_err(|_| RuntimeError::InvalidSpec(format!("{}: a NUL in the path", field())))?;
+        let fd = crate::sys::open_tree(&c, opts.iter().any(|o| o == "rbind"))
+            .map_err(|e| RuntimeError::InvalidSpec(format!("{}: {e}", field())))?;
+        out.push((m.destination().clone(), fd));
+    }
+    Ok(out)
 }

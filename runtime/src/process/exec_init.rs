@@ -3,7 +3,7 @@
 //!
 //! Runs in the cloned child. The runtime has already put it into the
 //! container's pid and time namespaces (they take effect at clone) and
-//! opened every other namespace; the child joins them (user first), waits
+//! opened every other namespace; the child joins them (`join_all`), waits
 //! while the runtime adds it to the container's cgroup, then goes down the
 //! same path to the program as init ([`super::finalize`]). Success is seen by
 //! the runtime as the sync channel closing at execve (it is close-on-exec); a
@@ -57,14 +57,12 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     // With the host's credentials still: a user namespace joined next
     // would not be allowed to write the host's cgroup files.
     finalize::join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
-    for j in cfg.joins.iter().chain(&cfg.late_joins) {
+    // Joining a user namespace keeps the host's ids, which it does not map:
+    // files this process makes (a pty slave) would have no owner inside, and
+    // it could not chown them to the process's user.
+    crate::namespaces::join_all(&cfg.joins, super::init::become_ns_root)?;
+    for j in &cfg.late_joins {
         crate::namespaces::setns(j)?;
-        // Joining a user namespace keeps the host's ids, which it does not
-        // map: files this process makes (a pty slave) would have no owner
-        // inside, and it could not chown them to the process's user.
-        if j.typ == oci_spec::runtime::LinuxNamespaceType::User {
-            super::init::become_ns_root()?;
-        }
     }
     if let Some(root) = &cfg.root {
         nix::unistd::fchdir(root.as_raw_fd()).map_err(|e| InitError::path("chdir", "the container's root", e))?;

@@ -9,10 +9,10 @@
 //!
 //! Order (runtime-spec "Lifecycle", runc's standard init):
 //!  1. a session of its own, stdio; wait for the runtime's Go (maps
-//!     written, cgroup joined)
+//!     written, cgroup joined); oom_score_adj
 //!  2. namespaces: join, unshare, maybe fork once more for a late pid ns;
 //!     then close every fd of the runtime's it no longer needs
-//!  3. hostname, domainname, session keyring, oom_score_adj
+//!  3. hostname, domainname, session keyring
 //!  4. rootfs: propagation, mounts in order, /dev
 //!  5. prestart + createRuntime hooks (in the runtime), createContainer hooks
 //!  6. sysctl, readonlyPaths, maskedPaths, pivot_root, read-only root
@@ -81,6 +81,9 @@ pub(crate) struct InitConfig<'a> {
     /// The runtime itself runs in a user namespace other than the initial
     /// one (rootless podman runs it as root of its own).
     pub runtime_in_user_ns: bool,
+    /// Bind mounts the runtime made detached for init (by destination),
+    /// whose sources its user namespace's root may not reach.
+    pub bind_sources: Vec<(PathBuf, OwnedFd)>,
 }
 
 /// Child entry point. Never returns.
@@ -115,6 +118,10 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         chan.expect(Msg::Go)?;
     }
     finalize::join_own_cgroup(&cfg.cgroup_tasks, cfg.cgroup_unified.as_ref())?;
+    // Still with the host's credentials (unless clone made our user
+    // namespace): in a user namespace entered later, a non-dumpable
+    // process's /proc files are no longer its own.
+    oom_score_adj(cfg.oom_score_adj)?;
     // 2. Namespaces; then nothing of the host's stays open.
     enter_namespaces(cfg.plan, chan, cfg.maps_dumpable)?;
     close_host_fds(cfg, chan)?;
@@ -141,9 +148,18 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     wait_for_start_and_exec(cfg, host_pid, &program)
 }
 
+/// `process.oomScoreAdj`.
+fn oom_score_adj(adj: Option<i32>) -> Step {
+    let Some(adj) = adj else { return Ok(()) };
+    std::fs::write("/proc/self/oom_score_adj", adj.to_string()).map_err(|e| {
+        InitError::value("write", format_args!("{adj} to /proc/self/oom_score_adj"), sys::io_errno(&e))
+            .field("process.oomScoreAdj")
+    })
+}
+
 /// Step 3: loopback in a new network namespace, hostname and domainname in
 /// the container's UTS namespace (new or joined), a session
-/// keyring of our own, `oomScoreAdj`; then umask 0 for what init makes.
+/// keyring of our own; then umask 0 for what init makes.
 fn set_up_namespaces(cfg: &InitConfig) -> Step {
     let plan = cfg.plan;
     if plan.is_new(LinuxNamespaceType::Network) && cfg.loopback {
@@ -163,12 +179,6 @@ fn set_up_namespaces(cfg: &InitConfig) -> Step {
             Err(e) if e.errno == nix::errno::Errno::ENOSYS => {}
             r => r?,
         }
-    }
-    if let Some(adj) = cfg.oom_score_adj {
-        std::fs::write("/proc/self/oom_score_adj", adj.to_string()).map_err(|e| {
-            InitError::value("write", format_args!("{adj} to /proc/self/oom_score_adj"), sys::io_errno(&e))
-                .field("process.oomScoreAdj")
-        })?;
     }
     // Device nodes and created directories take their modes literally.
     nix::sys::stat::umask(nix::sys::stat::Mode::empty());
@@ -190,6 +200,7 @@ fn build_rootfs(cfg: &InitConfig, chan: &Channel) -> Result<Tree, InitError> {
         cgroup_hierarchies: &cfg.cgroup_hierarchies,
         kernel: &rootfs::Real,
         own_mount_ns: plan.own_mount_ns(),
+        bind_sources: &cfg.bind_sources,
     };
     let mut joined = false;
     let mut in_cgroup = || -> Step {
@@ -239,6 +250,7 @@ fn close_host_fds(cfg: &InitConfig, chan: &Channel) -> Step {
     let mut keep = vec![chan.as_raw_fd(), cfg.start_listener.as_raw_fd()];
     keep.extend(cfg.process.console);
     keep.extend(cfg.agent_listener.map(AsRawFd::as_raw_fd));
+    keep.extend(cfg.bind_sources.iter().map(|(_, fd)| fd.as_raw_fd()));
     Ok(sys::close_fds_except(3 + cfg.process.preserved_fds, &keep)?)
 }
 
@@ -261,9 +273,9 @@ fn enter_namespaces(plan: &Plan, chan: &Channel, maps_dumpable: bool) -> Step {
     if plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
         become_ns_root()?;
     }
-    for j in &plan.joins {
-        namespaces::setns(j)?;
-    }
+    // A joined user namespace keeps our host ids, which it may not map:
+    // take its root, as after a clone into a new one.
+    namespaces::join_all(&plan.joins, become_ns_root)?;
     if plan.child_unshares_user {
         namespaces::unshare(CloneFlags::CLONE_NEWUSER)?;
         if maps_dumpable {

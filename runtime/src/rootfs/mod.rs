@@ -50,6 +50,9 @@ pub(crate) struct Options<'a> {
     /// private bind of the rootfs that `delete` detaches whole, and the
     /// root is entered with chroot.
     pub own_mount_ns: bool,
+    /// Bind mounts the runtime made detached (by destination): attached
+    /// as they are, so a user namespace's root need not reach the sources.
+    pub bind_sources: &'a [(std::path::PathBuf, std::os::fd::OwnedFd)],
 }
 
 /// Turns the bundle's rootfs into a populated mount tree: propagation, the

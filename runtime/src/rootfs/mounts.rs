@@ -108,12 +108,22 @@ fn bind(root: &Tree, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> 
     let src = m.source().as_ref().ok_or_else(|| bad("a bind mount needs a source"))?;
     // A relative source is relative to the bundle, as runc reads it.
     let src: PathBuf = if src.is_absolute() { src.clone() } else { o.bundle.join(src) };
-    let meta = std::fs::metadata(&src)
+    // Made detached by the runtime (see `Options::bind_sources`).
+    let made = o.bind_sources.iter().find(|(d, _)| d == dest).map(|(_, fd)| fd);
+    let shown_src = match made {
+        Some(fd) => PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
+        None => src.clone(),
+    };
+    let meta = std::fs::metadata(&shown_src)
         .map_err(|e| InitError::path("stat bind mount source", &src, crate::sys::io_errno(&e)))?;
     let target = root.ensure(dest, !meta.is_dir())?;
-    let src_str = src.to_str().ok_or_else(|| bad("the source path is not UTF-8"))?;
-    let flags = MsFlags::MS_BIND | (opts.flags & MsFlags::MS_REC);
-    k.mount_at(Some(src_str), &fd_path(&target), None, flags, None, &shown)?;
+    if let Some(fd) = made {
+        crate::sys::move_mount(fd, &target, &shown)?;
+    } else {
+        let src_str = src.to_str().ok_or_else(|| bad("the source path is not UTF-8"))?;
+        let flags = MsFlags::MS_BIND | (opts.flags & MsFlags::MS_REC);
+        k.mount_at(Some(src_str), &fd_path(&target), None, flags, None, &shown)?;
+    }
     let rest = opts.flags & !(MsFlags::MS_BIND | MsFlags::MS_REC | MsFlags::MS_REMOUNT);
     if !rest.is_empty() {
         // Remount the new mount, found again through the root, so the

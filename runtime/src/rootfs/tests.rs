@@ -68,6 +68,7 @@ fn options<'a>(w: &'a World, k: &'a Fake, in_user_ns: bool) -> Options<'a> {
         cgroup_hierarchies: &[],
         kernel: k,
         own_mount_ns: true,
+        bind_sources: &[],
     }
 }
 

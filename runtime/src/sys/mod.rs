@@ -219,9 +219,17 @@ fn close_range(first: u32, last: u32) -> Result<(), SysError> {
 /// file or a directory), seen by no mount namespace, alive while the fd (or
 /// a file opened through it, or a process executing it) is.
 pub(crate) fn open_tree_clone(path: &CStr) -> Result<OwnedFd, SysError> {
+    open_tree(path, false)
+}
+
+/// [`open_tree_clone`], with every mount below `path` too when `recursive`
+/// (`AT_RECURSIVE`: an `rbind`).
+pub(crate) fn open_tree(path: &CStr, recursive: bool) -> Result<OwnedFd, SysError> {
     const OPEN_TREE_CLONE: libc::c_uint = 1;
-    #[allow(clippy::cast_sign_loss, reason = "O_CLOEXEC is a positive flag bit")]
-    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    #[allow(clippy::cast_sign_loss, reason = "O_CLOEXEC and AT_RECURSIVE are positive flag bits")]
+    let flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as libc::c_uint
+        | if recursive { libc::AT_RECURSIVE as libc::c_uint } else { 0 };
     // SAFETY: `path` is NUL-terminated and outlives the call.
     let ret = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
     if ret < 0 {
@@ -231,6 +239,29 @@ pub(crate) fn open_tree_clone(path: &CStr) -> Result<OwnedFd, SysError> {
     let fd = ret as RawFd;
     // SAFETY: a fresh fd from the kernel.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `move_mount(fd, "", target, "", MOVE_MOUNT_F_EMPTY_PATH |
+/// MOVE_MOUNT_T_EMPTY_PATH)`: attaches the detached mount `fd` (from
+/// [`open_tree`]) on the directory or file `target` is open on.
+pub(crate) fn move_mount(fd: impl AsFd, target: impl AsFd, shown: &str) -> Result<(), SysError> {
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    // SAFETY: both paths are empty NUL-terminated strings; the fds are open.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            target.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if ret < 0 {
+        return Err(SysError::new("move_mount", shown, Errno::last()));
+    }
+    Ok(())
 }
 
 /// `mount_setattr(fd, "", AT_EMPTY_PATH)`: sets and clears MOUNT_ATTR_*

@@ -305,6 +305,7 @@ mod forward;
 mod link;
 mod netlink;
 mod nft;
+pub(crate) mod pod;
 mod records;
 mod rules;
 

@@ -34,6 +34,7 @@ pub(super) struct Hook {
 
 pub(super) const NF_INET_LOCAL_IN: u32 = 1;
 pub(super) const NF_INET_FORWARD: u32 = 2;
+pub(super) const NF_INET_LOCAL_OUT: u32 = 3;
 pub(super) const NF_INET_POST_ROUTING: u32 = 4;
 
 /// What a rule or a chain's policy decides.

@@ -155,3 +155,43 @@ pub(super) fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed])
     }
     rules
 }
+
+/// The guarded pod's table, in the pod's own network namespace: what the
+/// pod's processes send (the output hook), in order: replies to
+/// connections made to the pod (a kubelet probe from the node) and
+/// loopback pass; anything but IPv4 is dropped (ICMPv6 aside, for
+/// neighbour discovery); port 53 of the named resolvers is accepted; the
+/// link-local range (cloud metadata) and the node's own addresses are
+/// refused; the allowed ranges (pods, services) are accepted; the other
+/// refused ranges (private, shared, multicast) are refused; the rest
+/// passes. The pod has no CAP_NET_ADMIN in the user namespace that owns
+/// the network namespace: it can't change the table.
+pub(super) fn pod_ruleset(table: &str, dns: &[Ipv4Addr], node: &[Ipv4Addr], allow: &[Cidr]) -> Vec<Cmd> {
+    const ICMPV6: u8 = 58;
+    let family = Family::Inet;
+    let hook = Hook { kind: "filter", hook: nft::NF_INET_LOCAL_OUT, prio: 0, policy: Verdict::Accept };
+    let mut cmds = vec![
+        // Replaces a table of the name left in the namespace: all in one
+        // transaction, so the pod is never without one.
+        Cmd::AddTable(family, table.to_string()),
+        Cmd::DelTable(family, table.to_string()),
+        Cmd::NewTable(family, table.to_string()),
+        Cmd::AddChain { family, table: table.to_string(), name: "output", hook: Some(hook) },
+    ];
+    let mut rules = vec![
+        then(reply(), ACCEPT),
+        then(oifname("lo"), ACCEPT),
+        vec![Expr::Meta(Meta::L4Proto), Expr::Eq(vec![ICMPV6]), ACCEPT],
+        vec![Expr::Meta(Meta::NfProto), Expr::Ne(vec![NFPROTO_IPV4]), DROP],
+    ];
+    for d in dns {
+        rules.extend(resolver(Vec::new(), *d));
+    }
+    rules.push(then(daddr_in(Cidr { addr: Ipv4Addr::new(169, 254, 0, 0), len: 16 }), Expr::Reject));
+    rules.extend(node.iter().filter(|a| !a.is_loopback()).map(|a| then(daddr(*a), Expr::Reject)));
+    rules.extend(allow.iter().map(|c| then(daddr_in(*c), ACCEPT)));
+    rules.extend(REFUSED.iter().map(|&(addr, len)| then(daddr_in(Cidr { addr, len }), Expr::Reject)));
+    let table = table.to_string();
+    cmds.extend(rules.into_iter().map(|exprs| Cmd::AddRule { family, table: table.clone(), chain: "output", exprs }));
+    cmds
+}
