@@ -47,6 +47,9 @@ pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;
 pub use process::title::conceal_cmdline;
 pub use rlimits::raise_nofile;
+pub use seccomp::refusals::{
+    RefusalListener, Refusals, RefusedCall, MAX_ARGS as MAX_REFUSED_ARGS, MAX_CALLS as MAX_REFUSED_CALLS,
+};
 pub use seccomp::Filter as SeccompFilter;
 pub use warn::{set_warning_sink, warn};
 
