@@ -35,6 +35,7 @@ mod tty;
 mod user;
 mod warn;
 
+pub use cgroups::LimitsHit;
 pub use env::{check as check_env, merge as merge_env, prepare as prepare_env, InvalidEnv};
 pub use error::{CgroupError, InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
