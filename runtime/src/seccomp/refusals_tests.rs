@@ -78,27 +78,32 @@ fn since_keeps_what_was_added() {
 /// hang or succeed.
 #[test]
 fn refused_calls_are_answered_and_fail_closed_without_a_supervisor() {
-    use crate::process::sync::{pair, Msg};
     use nix::errno::Errno;
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
     let profile = serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW",
         "syscalls": [{"names": ["getpgid"], "action": "SCMP_ACT_ERRNO"}]});
     let mut f = crate::seccomp::Filter::compile(&serde_json::from_value(profile).unwrap()).unwrap();
     f.record_refusals().unwrap();
-    let (ours, theirs) = pair().unwrap();
+    let (mut ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let getpgid = || nix::unistd::getpgid(None).err();
     match crate::sys::seccomp::fork_for_test().unwrap() {
         crate::sys::Forked::Child => {
             drop(ours);
             let loaded = nix::sys::prctl::set_no_new_privs().ok().and_then(|()| f.load().ok().flatten());
             let Some(fd) = loaded else { crate::sys::exit_child(100) };
-            if theirs.send(&Msg::SeccompFd).is_err() || theirs.send_fd(fd.as_fd()).is_err() {
+            let raw = [fd.as_raw_fd()];
+            let iov = [std::io::IoSlice::new(b"l")];
+            let cmsg = [ControlMessage::ScmRights(&raw)];
+            if sendmsg::<()>(theirs.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None).is_err() {
                 crate::sys::exit_child(101);
             }
             drop(fd);
             // Answered by the parent, as the profile says.
             let first = getpgid();
             // The parent drops its listener, then lets us go on.
-            let _ = theirs.recv();
+            let _ = theirs.read(&mut [0u8; 1]);
             let second = getpgid();
             crate::sys::exit_child(match (first, second) {
                 (Some(Errno::EPERM), Some(Errno::ENOSYS)) => 0,
@@ -108,8 +113,8 @@ fn refused_calls_are_answered_and_fail_closed_without_a_supervisor() {
         }
         crate::sys::Forked::Parent(pid) => {
             drop(theirs);
-            assert_eq!(ours.recv().unwrap(), Some(Msg::SeccompFd));
-            let mut l = RefusalListener::new(ours.recv_fd().unwrap(), f.refusal_errno().unwrap());
+            let (mut fds, _) = crate::sys::recv_fds(&ours, &mut [0u8; 1]).unwrap();
+            let mut l = RefusalListener::new(fds.pop().unwrap(), f.refusal_errno().unwrap());
             let mut record = Refusals::default();
             let mut p = [nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)];
             nix::poll::poll(&mut p, nix::poll::PollTimeout::from(5000u16)).unwrap();
@@ -117,7 +122,7 @@ fn refused_calls_are_answered_and_fail_closed_without_a_supervisor() {
             let got: Vec<(String, u32)> = record.calls.iter().map(|c| (c.name(), c.count)).collect();
             assert_eq!(got, vec![("getpgid".to_string(), 1)]);
             drop(l);
-            ours.send(&Msg::Go).unwrap();
+            ours.write_all(b"g").unwrap();
             let status = nix::sys::wait::waitpid(pid, None).unwrap();
             assert_eq!(status, nix::sys::wait::WaitStatus::Exited(pid, 0), "EPERM answered, then ENOSYS");
         }
