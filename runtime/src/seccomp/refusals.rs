@@ -40,7 +40,9 @@ pub const MAX_ARGS: usize = 4;
 /// the supervisor from its other work.
 const BATCH: usize = 64;
 
+#[allow(clippy::cast_possible_truncation, reason = "BPF opcodes fit in 16 bits")]
 const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+#[allow(clippy::cast_possible_truncation, reason = "BPF opcodes fit in 16 bits")]
 const RET_A: u16 = (libc::BPF_RET | libc::BPF_A) as u16;
 
 /// `program` with its refusing errno returns turned into notifications,
