@@ -299,36 +299,18 @@ pub(crate) fn finish(
 fn kill_scope(rt: &Runtime, id: &str, scope: Scope, child: &Child) -> Result<()> {
     match (scope, child) {
         (Scope::Command, Child::Resident(p)) => p.kill(),
-        (Scope::Command, Child::Own(pid)) => kill_session(rt, id, *pid),
+        // A box gone meanwhile took the command with it.
+        (Scope::Command, Child::Own(pid)) => {
+            if let Ok(c) = rt.peek(id) {
+                c.kill_session(pid.as_raw())?;
+            }
+        }
         (Scope::Box, _) => match rt.load(id)?.kill(nix::sys::signal::Signal::SIGKILL as i32, true) {
             Ok(()) | Err(RuntimeError::NotRunning) => {}
             Err(e) => return Err(e.into()),
         },
     }
     Ok(())
-}
-
-/// SIGKILLs every process of box `id` in `leader`'s session, a few rounds
-/// so one forked meanwhile goes too.
-fn kill_session(rt: &Runtime, id: &str, leader: Pid) {
-    for _ in 0..5 {
-        let Ok(pids) = rt.peek(id).and_then(|c| c.pids()) else { return };
-        let mine: Vec<i32> = pids.into_iter().filter(|p| session_of(*p) == Some(leader.as_raw())).collect();
-        if mine.is_empty() {
-            return;
-        }
-        for p in mine {
-            let _ = nix::sys::signal::kill(Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
-
-/// Field 6 of /proc/PID/stat: the session id, as the host sees it.
-fn session_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command name, which is in parentheses and may hold anything.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// SIGINT, SIGTERM and SIGHUP, blocked while a box runs so they can be

@@ -5,9 +5,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
-
 use super::{io_err, Cgroup, Result};
 
 impl Cgroup {
@@ -17,7 +14,7 @@ impl Cgroup {
         if self.is_frozen() {
             let _ = self.freeze(false);
         }
-        self.kill_all(Duration::from_secs(5));
+        self.kill_until_gone(Duration::from_secs(5));
         for dir in self.dirs() {
             remove_children(&dir);
         }
@@ -35,16 +32,15 @@ impl Cgroup {
         Ok(())
     }
 
-    /// SIGKILLs every process until none is left or `patience` runs out.
-    fn kill_all(&self, patience: Duration) {
+    /// SIGKILLs every process (module `kill`) until none is left or
+    /// `patience` runs out.
+    fn kill_until_gone(&self, patience: Duration) {
         let deadline = Instant::now() + patience;
         while let Ok(pids) = self.pids() {
             if pids.is_empty() || Instant::now() > deadline {
                 break;
             }
-            for p in pids {
-                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-            }
+            self.kill_all();
             std::thread::sleep(Duration::from_millis(10));
         }
     }

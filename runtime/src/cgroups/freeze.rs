@@ -33,10 +33,15 @@ impl Cgroup {
     }
 
     /// Sends `sig` to every process, with the cgroup frozen meanwhile so
-    /// nothing can fork past the signal (runc's signalAllProcesses).
+    /// nothing can fork past the signal (runc's signalAllProcesses);
+    /// SIGKILL as module `kill` sends it.
     pub(crate) fn signal_all(&self, sig: i32) -> Result<()> {
-        let was_frozen = self.is_frozen();
-        let froze = !was_frozen && self.freeze(true).is_ok();
+        if sig == libc::SIGKILL {
+            self.pids()?;
+            self.kill_all();
+            return Ok(());
+        }
+        let froze = !self.is_frozen() && self.freeze(true).is_ok();
         let result = self.pids().map(|pids| {
             for p in pids {
                 // Through a pidfd: any signal number, and no recycled pid.
@@ -45,8 +50,7 @@ impl Cgroup {
                 }
             }
         });
-        // SIGKILL is delivered only once the processes run again.
-        if froze || (was_frozen && sig == libc::SIGKILL) {
+        if froze {
             let _ = self.freeze(false);
         }
         result

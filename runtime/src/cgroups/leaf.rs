@@ -21,13 +21,11 @@
 //! unlocked leaf is no one's.
 
 use std::io::ErrorKind;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 
 use super::check::Layout;
 use super::{io_err, Cgroup, Result};
@@ -59,40 +57,11 @@ impl LeafFds {
     }
 
     /// SIGKILLs every process in the leaf, those it forks meanwhile
-    /// included. Best effort and bounded (init calls this too): v2 in one
-    /// write; v1 under the freezer, a few rounds.
+    /// included (module `kill`). Best effort and bounded: init calls this
+    /// too.
     pub(crate) fn kill(&self) {
-        if self.v2 {
-            let _ = nix::unistd::write(&self.ctl, b"1");
-            return;
-        }
-        for _ in 0..5 {
-            let _ = nix::sys::uio::pwrite(&self.ctl, b"FROZEN", 0);
-            self.wait_frozen(Duration::from_millis(50));
-            let pids = self.members();
-            for &p in &pids {
-                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
-            }
-            // SIGKILL is delivered once the processes run again (or, in a
-            // paused container, once it resumes).
-            let _ = nix::sys::uio::pwrite(&self.ctl, b"THAWED", 0);
-            if pids.is_empty() {
-                return;
-            }
-        }
-    }
-
-    /// v1: until the freezer says FROZEN, or `patience` is over.
-    fn wait_frozen(&self, patience: Duration) {
-        let deadline = Instant::now() + patience;
-        let mut buf = [0u8; 16];
-        while Instant::now() < deadline {
-            match nix::sys::uio::pread(&self.ctl, &mut buf, 0) {
-                Ok(n) if buf.get(..n).is_some_and(|b| b.starts_with(b"FROZEN")) => return,
-                Ok(_) => std::thread::sleep(Duration::from_millis(1)),
-                Err(_) => return,
-            }
-        }
+        let ctl = super::kill::Control { fd: self.ctl.as_fd(), v2: self.v2 };
+        super::kill::kill_all(Some(ctl), || self.members());
     }
 
     /// v1: the threads in the leaf, as the caller's pid namespace numbers

@@ -40,7 +40,8 @@
 //! as a v2 one), `join` (making
 //! the cgroup and putting processes in it), `limits` (applying and updating
 //! `linux.resources`), `freeze` (the freezer and signalling every process),
-//! `read` (pids, stats, usage, OOM kills), `destroy` (removal), `only` (a v1
+//! `read` (pids, stats, usage, OOM kills), `kill` (SIGKILL for a whole
+//! cgroup), `destroy` (removal), `only` (a v1
 //! cgroup kept to the hierarchies a caller names), `leaf` (a cgroup per
 //! program a resident init runs). This file
 //! holds the [`Cgroup`] handle itself and where its directories are.
@@ -54,6 +55,7 @@ mod destroy;
 mod freeze;
 mod hierarchy;
 mod join;
+mod kill;
 mod leaf;
 mod limits;
 mod manager;
@@ -78,6 +80,7 @@ use check::Layout;
 pub(crate) use check::{check_spec, drop_ignored};
 pub(crate) use freeze::is_frozen;
 pub(crate) use hierarchy::Mount;
+pub(crate) use kill::kill_session;
 pub(crate) use leaf::{Leaf, LeafFds, Survivors};
 pub(crate) use only::normalise as normalise_v1_controllers;
 pub use read::LimitsHit;

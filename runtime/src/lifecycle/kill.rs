@@ -55,6 +55,17 @@ impl Container {
         })
     }
 
+    /// SIGKILLs every process of the container in the session `leader`
+    /// (a host pid) leads: a command [`Container::exec_spawn`] made, with
+    /// what it started, the rest of the container left alone. Best effort;
+    /// nothing to do for a container without a cgroup.
+    pub fn kill_session(&self, leader: i32) -> Result<()> {
+        if let Some(cg) = self.cgroup()? {
+            crate::cgroups::kill_session(&cg, leader);
+        }
+        Ok(())
+    }
+
     /// Waits up to `timeout` for init to exit.
     pub(crate) fn wait_stopped(&self, timeout: std::time::Duration) -> bool {
         let Ok(fd) = crate::sys::pidfd_open(Pid::from_raw(self.rec.pid)) else { return true };

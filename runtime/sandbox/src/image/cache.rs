@@ -17,12 +17,16 @@
 //! (`--image-cache-size`), the least recently used of the other layers go.
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::fcntl::Flock;
+use nix::sys::stat::SFlag;
 
 use crate::error::{Error, Result};
+use tinyrun::tree::{self, Tree};
 
 /// Where the cache lives under the runtime root.
 const CACHE: &str = "sandbox-images";
@@ -168,8 +172,7 @@ impl Cache {
             // two) is measured now, and counts as the oldest.
             let bytes = match bytes {
                 Some(b) => b,
-                None => crate::image::layer::disk_usage(&e.path())
-                    .map_err(|err| Error::io("measure", e.path(), err.into()))?,
+                None => disk_usage(&e.path()).map_err(|err| Error::io("measure", e.path(), err.into()))?,
             };
             let last_used = used.map_or(0, |m| m.mtime());
             out.push(Entry { chain, bytes, last_used });
@@ -252,6 +255,30 @@ pub(crate) fn remove_tree(path: &Path) -> Result<()> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else { return Ok(()) };
     let dir = tinyrun::tree::Tree::open(parent)?.dir(Path::new("/"))?;
     tinyrun::tree::remove_at(&dir, name).map_err(|e| Error::io("remove", path, e.into()))
+}
+
+/// Bytes on disk of the tree at `dir` (blocks, as `du` counts them),
+/// walked without following links.
+pub(crate) fn disk_usage(dir: &Path) -> Result<u64, Errno> {
+    let top = Tree::open(dir).map_err(|e| e.errno)?.dir(Path::new("/")).map_err(|e| e.errno)?;
+    let mut total = 0u64;
+    let mut stack = vec![top];
+    while let Some(d) = stack.pop() {
+        total += nix::sys::stat::fstat(d.as_raw_fd()).map(|s| blocks(&s))?;
+        for name in tree::entries(&d)? {
+            let st = tree::lstat_at(&d, &name)?;
+            if tree::kind(&st) == SFlag::S_IFDIR {
+                stack.push(tree::subdir(&d, &name)?);
+            } else {
+                total += blocks(&st);
+            }
+        }
+    }
+    Ok(total)
+}
+
+fn blocks(st: &nix::sys::stat::FileStat) -> u64 {
+    u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512)
 }
 
 #[cfg(test)]

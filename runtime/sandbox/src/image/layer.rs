@@ -21,15 +21,13 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
-use nix::errno::Errno;
-use nix::sys::stat::SFlag;
 use sha2::{Digest, Sha256};
 
-use super::cache::{remove_tree, Cache};
+use super::cache::{disk_usage, remove_tree, Cache};
 use super::layout::{self, Layer};
 use super::overlay;
 use super::unpack::{self, Limits, View};
-use tinyrun::tree::{self, Tree};
+use tinyrun::tree::Tree;
 
 /// Applies layer `l` of the layout at `layout`, whose chain id is `chain`,
 /// onto the cached layers `below` (chain ids, bottom first), and moves it
@@ -99,30 +97,6 @@ pub(crate) fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(p)?;
     Ok(OwnedFd::from(f))
-}
-
-/// Bytes on disk of the tree at `dir` (blocks, as `du` counts them),
-/// walked without following links.
-pub(crate) fn disk_usage(dir: &Path) -> Result<u64, Errno> {
-    let top = Tree::open(dir).map_err(|e| e.errno)?.dir(Path::new("/")).map_err(|e| e.errno)?;
-    let mut total = 0u64;
-    let mut stack = vec![top];
-    while let Some(d) = stack.pop() {
-        total += nix::sys::stat::fstat(d.as_raw_fd()).map(|s| blocks(&s))?;
-        for name in tree::entries(&d)? {
-            let st = tree::lstat_at(&d, &name)?;
-            if tree::kind(&st) == SFlag::S_IFDIR {
-                stack.push(tree::subdir(&d, &name)?);
-            } else {
-                total += blocks(&st);
-            }
-        }
-    }
-    Ok(total)
-}
-
-fn blocks(st: &nix::sys::stat::FileStat) -> u64 {
-    u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512)
 }
 
 /// Counts and hashes what is read through it.
