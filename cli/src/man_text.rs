@@ -63,7 +63,7 @@ const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
                  in every case, failures to make the box included. Fields may be added within a schema_version; \
                  one that changes meaning or goes away raises it.",
             ),
-            Block::Item("schema_version", "The format's version: 1."),
+            Block::Item("schema_version", "The format's version: 2 (2 added refused)."),
             Block::Item(
                 "error",
                 "null, or why the command could not be run at all (a bad option, a box that could not be made, \
@@ -97,26 +97,53 @@ const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
                 "writes",
                 "With --report-writes DIR only (run or exec): the files the command made or changed there.",
             ),
+            Block::Item(
+                "refused",
+                "What the box tried and was refused while the command ran; absent when nothing was. syscalls: \
+                 the calls the seccomp filter refused (each still fails with EPERM, as the profile says), by \
+                 name and count, in the order first seen, with the first few values of a telling argument (arg: \
+                 the request of ioctl and ptrace, the flags of unshare and clone, the domain of socket; values \
+                 in hex); at most 64 distinct calls, the refusals of any others counted in syscalls_unlisted. \
+                 limits: the counters of the box's cgroup that grew, pids_max (forks refused at --pids), \
+                 memory_high, memory_max and memory_oom (cgroup v2; memory_max is memory.failcnt on v1), \
+                 oom_kills, cpu_throttled_periods and cpu_throttled_us. output_cut_bytes: bytes written beyond \
+                 --output-cap. exec's result has what was refused while its command ran, including refusals \
+                 of other commands running in the box then; the box's whole record is in list --format json \
+                 and terminate --json. Without the seccomp filter (--no-seccomp) there is no syscalls entry.",
+            ),
             Block::P(
                 "The command's stdin is /dev/null unless -i (--interactive) gives it ours, as docker exec -i does.",
             ),
+            Block::P(
+                "Example, refused: sandbox run --json -- python3 -c 'import ctypes, fcntl, termios; \
+                 ctypes.CDLL(None).ptrace(0, 0, 0, 0); fcntl.ioctl(0, termios.TIOCSTI, b\"x\")' (the second \
+                 call fails, so the command exits 1)",
+            ),
+            Block::Example(
+                r#"{"schema_version":2,"error":null,"exit_code":1,"signal":null,"timed_out":false,
+ "oom_killed":false,"duration_ms":85,"cpu_ms":18,"peak_memory_bytes":3604480,
+ "stdout":{"text":"","encoding":"utf-8","truncated":false},
+ "stderr":{"text":"...PermissionError: [Errno 1] Operation not permitted\n","encoding":"utf-8","truncated":false},
+ "refused":{"syscalls":[{"name":"ptrace","count":1,"arg":"request","values":["0x0"]},
+  {"name":"ioctl","count":1,"arg":"request","values":["0x5412"]}]}}"#,
+            ),
             Block::P("Example, exit: sandbox run --json -- sh -c 'echo hello; exit 3'"),
             Block::Example(
-                r#"{"schema_version":1,"error":null,"exit_code":3,"signal":null,"timed_out":false,
+                r#"{"schema_version":2,"error":null,"exit_code":3,"signal":null,"timed_out":false,
  "oom_killed":false,"duration_ms":40,"cpu_ms":3,"peak_memory_bytes":471040,
  "stdout":{"text":"hello\n","encoding":"utf-8","truncated":false},
  "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
             ),
             Block::P("Example, signal: sandbox run --json -- python3 -c 'import ctypes; ctypes.string_at(0)'"),
             Block::Example(
-                r#"{"schema_version":1,"error":null,"exit_code":null,"signal":"SIGSEGV","timed_out":false,
+                r#"{"schema_version":2,"error":null,"exit_code":null,"signal":"SIGSEGV","timed_out":false,
  "oom_killed":false,"duration_ms":64,"cpu_ms":14,"peak_memory_bytes":3354624,
  "stdout":{"text":"","encoding":"utf-8","truncated":false},
  "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
             ),
             Block::P("Example, timeout: sandbox run --json --timeout 1s -- sleep 10"),
             Block::Example(
-                r#"{"schema_version":1,"error":null,"exit_code":null,"signal":"SIGKILL","timed_out":true,
+                r#"{"schema_version":2,"error":null,"exit_code":null,"signal":"SIGKILL","timed_out":true,
  "oom_killed":false,"duration_ms":1005,"cpu_ms":3,"peak_memory_bytes":466944,
  "stdout":{"text":"","encoding":"utf-8","truncated":false},
  "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
@@ -126,14 +153,14 @@ const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
                  range(64)]'",
             ),
             Block::Example(
-                r#"{"schema_version":1,"error":null,"exit_code":null,"signal":"SIGKILL","timed_out":false,
+                r#"{"schema_version":2,"error":null,"exit_code":null,"signal":"SIGKILL","timed_out":false,
  "oom_killed":true,"duration_ms":52,"cpu_ms":35,"peak_memory_bytes":33554432,
  "stdout":{"text":"","encoding":"utf-8","truncated":false},
- "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,
+ "stderr":{"text":"","encoding":"utf-8","truncated":false},"refused":{"limits":{"oom_kills":1}}}"#,
             ),
             Block::P("Example, setup error: sandbox run --json --rootfs /nonexistent -- true (exit status 125)"),
             Block::Example(
-                r#"{"schema_version":1,"error":"open --rootfs /nonexistent: No such file or directory (os error 2)",
+                r#"{"schema_version":2,"error":"open --rootfs /nonexistent: No such file or directory (os error 2)",
  "exit_code":null,"signal":null,"timed_out":false,"oom_killed":false,"duration_ms":0,"cpu_ms":0,
  "peak_memory_bytes":0,"stdout":{"text":"","encoding":"utf-8","truncated":false},
  "stderr":{"text":"","encoding":"utf-8","truncated":false}}"#,

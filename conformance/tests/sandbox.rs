@@ -198,6 +198,8 @@ fn fork_bomb_stops_at_pids_cap() {
     );
     assert_eq!(v["timed_out"], true, "bash as pid 1 sleeps 100 s: expected the 5 s timeout to kill it: {v}");
     assert!(wall < Duration::from_secs(15), "the bomb ran {wall:?}, past its 5 s timeout");
+    let hits = v["refused"]["limits"]["pids_max"].as_u64().unwrap_or(0);
+    assert!(hits > 0, "the result does not report the forks refused at pids.max: {v}");
     assert!(
         host_ms.len() >= 5 && host_fail == 0,
         "host could not fork reliably: {} ok, {host_fail} failed",
@@ -243,9 +245,100 @@ fn memory_bomb_is_oom_killed() {
         "peak_memory_bytes {peak} not near the 64 MiB limit\n{o}"
     );
     assert!(wall < Duration::from_secs(20), "the OOM kill took {wall:?}");
+    // memory_max too where the kernel counts it (v2's memory.events; v1's memory.failcnt stays
+    // 0 on some kernels).
+    let limits = &v["refused"]["limits"];
+    assert!(limits["oom_kills"].as_u64() >= Some(1), "the result does not report the OOM kill: {v}");
     assert_eq!(ok["oom_killed"], false, "a program under its limit reported as oom_killed: {ok}");
     assert_eq!((ok["exit_code"].as_i64(), text(&ok, "stdout").as_str()), (Some(0), "16\n"));
     sb.assert_clean("the memory bomb");
+}
+
+/// What the box tried and the filter refused is in its result, by name and count, with the
+/// telling argument (the ioctl request of TIOCSTI, unshare's flags); a clean run has no `refused`
+/// at all. Each call still fails as the profile says (EPERM).
+#[test]
+fn refused_syscalls_are_reported() {
+    require_root!();
+    let _g = shared();
+    let sb = Sbx::new("sbx_refused");
+    let tries = "import ctypes, fcntl, termios\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        errs = []\n\
+        for nr, args in [(101, (16, 1)), (165, (b'x', b'/tmp', b'tmpfs', 0, None)), (272, (0x20000,)), (321, (0, 0, 0))]:\n\
+        \x20   libc.syscall(nr, *args); errs.append(ctypes.get_errno())\n\
+        for _ in range(3):\n\
+        \x20   try: fcntl.ioctl(0, termios.TIOCSTI, b'x')\n\
+        \x20   except OSError as e: errs.append(e.errno)\n\
+        print(errs)";
+    let (v, o) = sb.run_json(&[], &["python3", "-c", tries]);
+    let (clean, _) = sb.run_json(&[], &["python3", "-c", "print(1)"]);
+    saw(
+        "refused-syscalls",
+        format!("ptrace, mount, unshare, bpf, 3 x TIOCSTI: {}; clean run: {}", v["refused"], clean["refused"]),
+    );
+    assert_eq!(text(&v, "stdout"), "[1, 1, 1, 1, 1, 1, 1]\n", "every call fails with EPERM, as before\n{o}");
+    let calls = v["refused"]["syscalls"].as_array().unwrap_or_else(|| panic!("no refused.syscalls: {v}"));
+    let call =
+        |name: &str| calls.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("{name} not in {calls:?}"));
+    for name in ["ptrace", "mount", "unshare", "bpf"] {
+        assert_eq!(call(name)["count"], 1, "{name}: {calls:?}");
+    }
+    assert_eq!(call("ioctl")["count"], 3);
+    assert_eq!(
+        (call("ioctl")["arg"].as_str(), call("ioctl")["values"].clone()),
+        (Some("request"), serde_json::json!(["0x5412"]))
+    );
+    assert_eq!(call("unshare")["values"], serde_json::json!(["0x20000"]));
+    assert!(clean.get("refused").is_none(), "nothing refused, yet a refused object: {clean}");
+    sb.assert_clean("the refused calls");
+}
+
+/// 100,000 refused calls in a launched box: each is answered (EPERM) and counted, the command
+/// ends within seconds, the record stays bounded, and the box's record adds up in `list` and at
+/// `terminate`.
+#[test]
+fn a_flood_of_refused_calls_is_counted_and_ends_promptly() {
+    require_root!();
+    let _g = shared();
+    let sb = Sbx::new("sbx_refused_flood");
+    let id = sb.launch(&[]);
+    let flood = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n\
+        n = sum(libc.syscall(165, 0, 0, 0, 0, 0) == -1 and ctypes.get_errno() == 1 for _ in range(100000))\nprint(n)";
+    let t0 = Instant::now();
+    let o = sb.raw(&["exec", "--json", &id, "--", "python3", "-c", flood]);
+    let wall = t0.elapsed();
+    let v = parse_result(&o);
+    let o2 =
+        sb.raw(&["exec", "--json", &id, "--", "python3", "-c", "import ctypes; ctypes.CDLL(None).syscall(101, 16, 1)"]);
+    let after = parse_result(&o2);
+    let listed = sb.raw(&["list", "--format", "json"]).expect_ok("sandbox list");
+    let gone = sb.raw(&["terminate", "--json", &id]).expect_ok("sandbox terminate --json");
+    saw(
+        "refused-flood",
+        format!(
+            "100000 refused mount calls in {:.2} s: {}; next command: {}; terminate: {}",
+            wall.as_secs_f64(),
+            v["refused"],
+            after["refused"],
+            gone.stdout.trim()
+        ),
+    );
+    assert_eq!(text(&v, "stdout"), "100000\n", "every call failed with EPERM\n{o}");
+    let calls = v["refused"]["syscalls"].as_array().unwrap_or_else(|| panic!("no refused.syscalls: {v}"));
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!((calls[0]["name"].as_str(), calls[0]["count"].as_u64()), (Some("mount"), Some(100000)));
+    assert!(wall < Duration::from_secs(20), "the flood took {wall:?}");
+    let next = after["refused"]["syscalls"].as_array().unwrap_or_else(|| panic!("{after}"));
+    assert_eq!(next.len(), 1, "a command's result has its own refusals only: {after}");
+    assert_eq!(next[0]["name"], "ptrace");
+    let boxes: Value = serde_json::from_str(listed.stdout.trim()).unwrap();
+    let mine = boxes.as_array().unwrap().iter().find(|b| b["id"] == id.as_str()).unwrap_or_else(|| panic!("{boxes}"));
+    let total = |r: &Value| r["syscalls"].as_array().map(|a| a.iter().filter_map(|c| c["count"].as_u64()).sum::<u64>());
+    assert_eq!(total(&mine["refused"]), Some(100001), "list: the box's record, cumulative: {mine}");
+    let end: Value = serde_json::from_str(gone.stdout.trim()).unwrap();
+    assert_eq!(total(&end["refused"]), Some(100001), "terminate: {end}");
+    sb.assert_clean("the refusal flood");
 }
 
 /// `while True: pass` is killed at the 1 s timeout, with the whole process tree (a forked,

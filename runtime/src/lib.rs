@@ -35,6 +35,7 @@ mod tty;
 mod user;
 mod warn;
 
+pub use cgroups::LimitsHit;
 pub use env::{check as check_env, merge as merge_env, prepare as prepare_env, InvalidEnv};
 pub use error::{CgroupError, InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
@@ -47,6 +48,9 @@ pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;
 pub use process::title::conceal_cmdline;
 pub use rlimits::raise_nofile;
+pub use seccomp::refusals::{
+    RefusalListener, Refusals, RefusedCall, MAX_ARGS as MAX_REFUSED_ARGS, MAX_CALLS as MAX_REFUSED_CALLS,
+};
 pub use seccomp::Filter as SeccompFilter;
 pub use warn::{set_warning_sink, warn};
 

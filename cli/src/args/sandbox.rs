@@ -17,7 +17,7 @@ pub(crate) enum SandboxCommand {
     /// an interactive shell in a persistent sandbox
     Shell(SandboxIdArg),
     /// remove a persistent sandbox
-    Terminate(SandboxIdArg),
+    Terminate(SandboxTerminateArgs),
     /// set the lifetime a persistent sandbox has left: it now ends --lifetime from now
     Extend(SandboxExtendArgs),
     /// copy files into or out of a persistent sandbox: cp HOSTPATH ID:/BOXPATH, or cp ID:/BOXPATH HOSTPATH
@@ -271,6 +271,16 @@ pub(crate) struct SandboxExtendArgs {
 pub(crate) struct SandboxIdArg {
     /// the sandbox's id
     pub id: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxTerminateArgs {
+    /// the sandbox's id
+    pub id: String,
+    /// print what the box tried and was refused over its life, as JSON ({"id": ..., "refused": {...}}), read
+    /// before it is removed
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

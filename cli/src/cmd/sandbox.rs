@@ -98,14 +98,22 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             report(&sandbox::exec(root, &a.id, &a.command, &req)?, a.json)
         }
         SandboxCommand::Shell(a) => Ok(u8::try_from(sandbox::shell(root, &a.id)?).unwrap_or(255)),
-        SandboxCommand::Terminate(a) => sandbox::terminate(root, &a.id).map(|_| 0).map_err(Into::into),
+        SandboxCommand::Terminate(a) => {
+            // Read first: the record goes with the box.
+            let refused = a.json.then(|| sandbox::refused(root, &a.id).ok().flatten());
+            sandbox::terminate(root, &a.id)?;
+            if let Some(refused) = refused {
+                outln!("{}", serde_json::json!({"id": a.id, "refused": refused}));
+            }
+            Ok(0)
+        }
         SandboxCommand::Extend(a) => {
             let at = sandbox::extend(root, &a.id, duration("--lifetime", &a.lifetime)?)?;
             let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(at);
             outln!("{}", humantime::format_rfc3339_seconds(at));
             Ok(0)
         }
-        SandboxCommand::List(a) => print_list(&sandbox::list(root)?, a.format).map(|_| 0),
+        SandboxCommand::List(a) => print_list(root, &sandbox::list(root)?, a.format).map(|_| 0),
         SandboxCommand::Pool(SandboxPoolCommand::Fill(a)) => {
             let mut opts = options(&a.size)?;
             opts.lifetime = a.idle_lifetime.as_deref().map(|l| duration("--idle-lifetime", l)).transpose()?;
@@ -140,10 +148,21 @@ fn run_once(root: &Path, a: &SandboxRunArgs) -> anyhow::Result<u8> {
     report(&res, a.json)
 }
 
-fn print_list(all: &[tinyrun::ContainerState], format: ListFormat) -> anyhow::Result<()> {
+/// The JSON form has each box's `refused` record, where it has one.
+fn print_list(root: &Path, all: &[tinyrun::ContainerState], format: ListFormat) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match format {
-        ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&all)?)?,
+        ListFormat::Json => {
+            let mut boxes = Vec::new();
+            for s in all {
+                let mut v = serde_json::to_value(s)?;
+                if let Some(r) = sandbox::refused(root, &s.id).ok().flatten() {
+                    v["refused"] = serde_json::to_value(r)?;
+                }
+                boxes.push(v);
+            }
+            writeln!(out, "{}", serde_json::Value::Array(boxes))?
+        }
         ListFormat::Table => {
             let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
             writeln!(out, "{:<w$}   {:<8} {:<8} CREATED", "ID", "PID", "STATUS")?;

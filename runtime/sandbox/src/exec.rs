@@ -15,7 +15,7 @@ use crate::layout;
 use crate::options::SandboxOptions;
 use crate::result::{not_run_as_result, with_writes, SandboxResult};
 use crate::stdio::Stdio;
-use crate::wait::{finish, Child, Interrupts, Scope};
+use crate::wait::{finish, Child, Interrupts, Scope, Watch};
 
 /// How to run a command in a launched box.
 #[derive(Debug, Clone)]
@@ -76,9 +76,10 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
         let watch = req.report_writes.as_deref().map(|d| crate::writes::watch(&bundle, d)).transpose()?;
         let mut io = Stdio::piped(req.capture, req.interactive)?;
         let how = Spawn { env: &req.env, kill_children: req.kill_children, deadline };
+        let recorded = recording(&rt, id, req.capture);
         let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
-        let mut res = finish(&rt, id, child, started, deadline, &mut io, req.output_cap, Scope::Command)?;
+        let mut res = finish(&rt, id, child, started, deadline, &mut io, req.output_cap, Scope::Command, recorded)?;
         // The box's end killed it: that is its timeout too.
         if lifetime.is_some_and(|l| started.elapsed() >= l) && res.signal.is_some() {
             res.timed_out = true;
@@ -86,6 +87,13 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
         with_writes(res, watch)
     })();
     not_run_as_result(result, req.capture, started)
+}
+
+/// The limits box `id` had hit before a command, when its result is
+/// captured: the command's result has those it hits.
+fn recording(rt: &Runtime, id: &str, capture: bool) -> Watch {
+    let limits_before = capture.then(|| rt.peek(id).ok().map(|c| c.limits_hit())).flatten().unwrap_or_default();
+    Watch { refusals: None, limits_before }
 }
 
 /// How [`spawn_in`] starts a command.
@@ -184,9 +192,10 @@ pub(crate) fn run_in_pooled(
         let mut io = Stdio::piped(capture, opts.interactive)?;
         let deadline = started + opts.timeout;
         let how = Spawn { env: &opts.env, kill_children: false, deadline };
+        let recorded = recording(&rt, id, capture);
         let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
-        let res = finish(&rt, id, child, started, deadline, &mut io, opts.output_cap, Scope::Box)?;
+        let res = finish(&rt, id, child, started, deadline, &mut io, opts.output_cap, Scope::Box, recorded)?;
         with_writes(res, watch)
     })();
     not_run_as_result(result, capture, started)

@@ -63,6 +63,8 @@ pub(crate) fn create(root: &Path, id: &str, opts: &SandboxOptions, stdio: [i32; 
         seccomp_cache: Some(layout::seccomp_cache(root)),
         cgroup_v1_controllers: box_controllers(),
         init,
+        // What the box tried and was refused goes into its results.
+        record_refusals: !opts.no_seccomp,
     };
     Ok(layout::runtime(root).create_supervised(id, layout::bundle(root, id), &how)?)
 }

@@ -8,8 +8,8 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 /// The version of the `--json` result's format. Raised when a field
-/// changes meaning or goes away; new fields don't raise it.
-pub const SCHEMA_VERSION: u32 = 1;
+/// changes meaning or goes away, and for `refused` (2).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Captured output, cut at the cap.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +18,9 @@ pub struct Output {
     pub bytes: Vec<u8>,
     /// More was written than was kept.
     pub truncated: bool,
+    /// How many bytes more (not in the JSON: `refused.output_cut_bytes`
+    /// has both streams').
+    pub cut: u64,
 }
 
 impl Output {
@@ -98,6 +101,10 @@ pub struct SandboxResult {
     /// With `--report-writes`: the files the command wrote there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub writes: Option<crate::writes::Writes>,
+    /// What the box tried and was refused while the command ran (captured
+    /// results only); absent when nothing was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<crate::refused::Refused>,
 }
 
 impl Default for SandboxResult {
@@ -116,6 +123,7 @@ impl Default for SandboxResult {
             stderr: Output::default(),
             pool: None,
             writes: None,
+            refused: None,
         }
     }
 }
@@ -136,7 +144,11 @@ impl SandboxResult {
     /// stderr, as a shell reports it.
     pub(crate) fn not_run(status: i32, error: &Error) -> SandboxResult {
         let msg = format!("tinyrun: {error}\n").into_bytes();
-        SandboxResult { exit_code: Some(status), stderr: Output { bytes: msg, truncated: false }, ..Default::default() }
+        SandboxResult {
+            exit_code: Some(status),
+            stderr: Output { bytes: msg, ..Output::default() },
+            ..Default::default()
+        }
     }
 
     /// The status a shell would report: the exit code, 128+N for signal

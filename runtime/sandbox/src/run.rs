@@ -16,7 +16,7 @@ use crate::options::SandboxOptions;
 use crate::result::{not_run_as_result, with_writes, SandboxResult};
 use crate::spec;
 use crate::stdio::Stdio;
-use crate::wait::{finish, Child, Interrupts, Scope};
+use crate::wait::{finish, Child, Interrupts, Scope, Watch};
 
 /// Runs `cmd` in a fresh sandbox and removes it. With `capture`, output is
 /// collected into the result; otherwise it goes to our stdout/stderr.
@@ -37,11 +37,13 @@ pub(crate) fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
         io.started();
         let pid = Pid::from_raw(c.pid());
         make::egress(root, &id, c.pid(), opts)?;
+        // We answer the box's refused calls from here on.
+        let recorded = Watch { refusals: c.refusals(), ..Watch::default() };
         c.start()?;
         drop(c);
         let rt = layout::runtime(root);
-        let res =
-            finish(&rt, &id, Child::Own(pid), started, started + opts.timeout, &mut io, opts.output_cap, Scope::Box)?;
+        let deadline = started + opts.timeout;
+        let res = finish(&rt, &id, Child::Own(pid), started, deadline, &mut io, opts.output_cap, Scope::Box, recorded)?;
         with_writes(res, watch)
     })();
     let result = not_run_as_result(result, capture, started);

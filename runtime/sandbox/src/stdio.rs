@@ -141,6 +141,7 @@ pub(crate) fn drain(fd: &OwnedFd, sink: &mut Output, cap: usize, capture: bool, 
                 let room = cap.saturating_sub(sink.bytes.len());
                 if n > room {
                     sink.truncated = true;
+                    sink.cut = sink.cut.saturating_add(u64::try_from(n - room).unwrap_or(u64::MAX));
                 }
                 sink.bytes.extend_from_slice(got.get(..room.min(n)).unwrap_or_default());
             } else {

@@ -98,8 +98,9 @@ fn a_profile_that_does_not_parse_is_an_error() {
 #[test]
 fn output_is_utf8_text_or_lossless_base64() {
     use crate::result::Output;
-    let json =
-        |bytes: &[u8], truncated: bool| serde_json::to_value(Output { bytes: bytes.to_vec(), truncated }).unwrap();
+    let json = |bytes: &[u8], truncated: bool| {
+        serde_json::to_value(Output { bytes: bytes.to_vec(), truncated, cut: 0 }).unwrap()
+    };
     assert_eq!(json(b"hi\n", false), json!({"text": "hi\n", "encoding": "utf-8", "truncated": false}));
     assert_eq!(json(b"\xff\xfeok", false), json!({"text": "//5vaw==", "encoding": "base64", "truncated": false}));
     // Cut by the cap inside a character: the whole ones are text.

@@ -15,6 +15,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
+use crate::refused::Refused;
 use crate::result::{Output, SandboxResult};
 use crate::stdio::{drain, Stdio};
 use tinyrun::{Runtime, RuntimeError};
@@ -67,6 +68,17 @@ struct Polled {
     end: bool,
     stdin: bool,
     feed: bool,
+    refusals: bool,
+}
+
+/// What a wait records besides the status.
+#[derive(Default)]
+pub(crate) struct Watch {
+    /// A one-shot box's filter listener: its refused calls are answered
+    /// (and recorded) here, captured or not, or they would wait for good.
+    pub(crate) refusals: Option<tinyrun::RefusalListener>,
+    /// The box's limits hit before the command started.
+    pub(crate) limits_before: tinyrun::LimitsHit,
 }
 
 /// Waits for `child` until `deadline`, taking its output from `io` into
@@ -79,7 +91,9 @@ fn wait_capturing(
     io: &mut Stdio,
     cap: usize,
     res: &mut SandboxResult,
+    refusals: (Option<&mut tinyrun::RefusalListener>, &mut tinyrun::Refusals),
 ) -> Result<Waited> {
+    let (mut listener, record) = refusals;
     // Readable once the command has ended.
     let pidfd = match &*child {
         Child::Own(pid) => Some(tinyrun::os::pidfd_open(*pid).map_err(|e| Error::sys("pidfd_open")(e.errno))?),
@@ -124,7 +138,7 @@ fn wait_capturing(
         }
         let ms = u16::try_from(left.as_millis().max(1)).unwrap_or(u16::MAX);
         let mut fds: Vec<PollFd> = pipes.iter().map(|(f, _)| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
-        let mut polled = Polled { pipes: pipes.len(), end: false, stdin: false, feed: false };
+        let mut polled = Polled { pipes: pipes.len(), end: false, stdin: false, feed: false, refusals: false };
         if ended.is_none() {
             let end = match (&pidfd, &*child) {
                 (Some(fd), _) => fd.as_fd(),
@@ -144,11 +158,20 @@ fn wait_capturing(
             polled.feed = true;
         }
         fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
+        if let Some(l) = listener.as_deref().filter(|l| !l.is_closed()) {
+            fds.push(PollFd::new(l.as_fd(), PollFlags::POLLIN));
+            polled.refusals = true;
+        }
         if poll(&mut fds, PollTimeout::from(ms)).is_err() {
             continue;
         }
         let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
         drop(fds);
+        if polled.refusals && ready.last().copied().unwrap_or(false) {
+            if let Some(l) = listener.as_deref_mut() {
+                l.answer(record);
+            }
+        }
         let mut at = polled.pipes;
         if polled.end {
             if ready.get(at).copied().unwrap_or(false) {
@@ -213,12 +236,14 @@ pub(crate) fn finish(
     io: &mut Stdio,
     cap: usize,
     scope: Scope,
+    mut watch: Watch,
 ) -> Result<SandboxResult> {
     let mut res = SandboxResult::default();
     // Only a captured result is shown whole: without capture the caller
     // sees the status alone, and the usage isn't worth its reads.
     let capturing = io.capture;
-    let waited = wait_capturing(&mut child, deadline, io, cap, &mut res);
+    let mut calls = tinyrun::Refusals::default();
+    let waited = wait_capturing(&mut child, deadline, io, cap, &mut res, (watch.refusals.as_mut(), &mut calls));
     let interrupted = match &waited {
         Ok(Waited::Exited(_)) => None,
         Ok(Waited::TimedOut) => {
@@ -260,6 +285,11 @@ pub(crate) fn finish(
         res.cpu_ms = usage.cpu_ns / 1_000_000;
         res.peak_memory_bytes = usage.peak_memory;
         res.oom_killed = usage.oom_kills > 0;
+        if let Child::Resident(p) = &child {
+            calls.merge(p.refused());
+        }
+        let limits = c.limits_hit().since(&watch.limits_before);
+        res.refused = Refused::of(&calls, limits, res.stdout.cut.saturating_add(res.stderr.cut));
     }
     Ok(res)
 }

@@ -83,6 +83,7 @@ pub(crate) use hierarchy::Mount;
 pub(crate) use kill::kill_session;
 pub(crate) use leaf::{Leaf, LeafFds, Survivors};
 pub(crate) use only::normalise as normalise_v1_controllers;
+pub use read::LimitsHit;
 pub use stats::StatsData;
 pub(crate) use sub::SubCgroups;
 

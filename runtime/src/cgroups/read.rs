@@ -82,6 +82,87 @@ impl Cgroup {
     }
 }
 
+/// The times a cgroup's limits held its processes back, as its
+/// controllers count them; zeros where the host can't tell.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LimitsHit {
+    /// Forks and clones refused at `pids.max` (`pids.events` max).
+    pub pids_max: u64,
+    /// Times memory use went over `memory.high` (v2 only).
+    pub memory_high: u64,
+    /// Times memory use reached the limit (v2 `memory.events` max; v1
+    /// `memory.failcnt`).
+    pub memory_max: u64,
+    /// Times the cgroup ran out of memory (v2 only).
+    pub memory_oom: u64,
+    /// Processes the OOM killer killed.
+    pub oom_kills: u64,
+    /// CFS periods in which the cgroup was throttled at its CPU quota.
+    pub cpu_throttled_periods: u64,
+    /// Time it spent throttled, in microseconds.
+    pub cpu_throttled_us: u64,
+}
+
+impl LimitsHit {
+    /// No limit was hit.
+    pub fn is_empty(&self) -> bool {
+        *self == LimitsHit::default()
+    }
+
+    /// What was hit after `before`, an earlier reading of the same cgroup.
+    pub fn since(&self, before: &LimitsHit) -> LimitsHit {
+        LimitsHit {
+            pids_max: self.pids_max.saturating_sub(before.pids_max),
+            memory_high: self.memory_high.saturating_sub(before.memory_high),
+            memory_max: self.memory_max.saturating_sub(before.memory_max),
+            memory_oom: self.memory_oom.saturating_sub(before.memory_oom),
+            oom_kills: self.oom_kills.saturating_sub(before.oom_kills),
+            cpu_throttled_periods: self.cpu_throttled_periods.saturating_sub(before.cpu_throttled_periods),
+            cpu_throttled_us: self.cpu_throttled_us.saturating_sub(before.cpu_throttled_us),
+        }
+    }
+}
+
+/// The value of `key` in a flat-keyed cgroup file (`key value` lines).
+fn keyed(text: &str, key: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
+}
+
+impl Cgroup {
+    /// The times the cgroup's pids, memory and CPU limits held it back,
+    /// from the few files that count them (see [`LimitsHit`]).
+    pub(crate) fn limits_hit(&self) -> LimitsHit {
+        let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+        match self.layout {
+            Layout::Unified => {
+                let dir = self.v2_dir();
+                let mem = read(dir.join("memory.events"));
+                let cpu = read(dir.join("cpu.stat"));
+                LimitsHit {
+                    pids_max: keyed(&read(dir.join("pids.events")), "max"),
+                    memory_high: keyed(&mem, "high"),
+                    memory_max: keyed(&mem, "max"),
+                    memory_oom: keyed(&mem, "oom"),
+                    oom_kills: keyed(&mem, "oom_kill"),
+                    cpu_throttled_periods: keyed(&cpu, "nr_throttled"),
+                    cpu_throttled_us: keyed(&cpu, "throttled_usec"),
+                }
+            }
+            _ => {
+                let cpu = read(self.v1_dir("cpu").join("cpu.stat"));
+                LimitsHit {
+                    pids_max: keyed(&read(self.v1_dir("pids").join("pids.events")), "max"),
+                    memory_max: read_trim(&self.v1_dir("memory").join("memory.failcnt")).parse().unwrap_or(0),
+                    oom_kills: self.oom_kills(),
+                    cpu_throttled_periods: keyed(&cpu, "nr_throttled"),
+                    cpu_throttled_us: keyed(&cpu, "throttled_time") / 1000,
+                    ..LimitsHit::default()
+                }
+            }
+        }
+    }
+}
+
 /// Every pid in `dir`'s cgroup.procs and in its sub-cgroups'.
 fn collect_procs(dir: &Path, out: &mut Vec<i32>) {
     let text = crate::sys::fs::read_proc(dir.join("cgroup.procs")).unwrap_or_default();
@@ -131,6 +212,51 @@ mod tests {
         put(&root.path().join("memory/t/ct"), "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
         assert_eq!(cg.usage(), (123456789, 4096));
         assert_eq!(cg.oom_kills(), 3);
+    }
+
+    #[test]
+    fn v1_limits_hit_come_from_pids_memory_and_cpu() {
+        let root = tempfile::tempdir().unwrap();
+        let cg = fixture::cgroup(root.path(), Layout::Hybrid, "/t/ct");
+        assert!(cg.limits_hit().is_empty(), "no files: nothing hit");
+        put(&root.path().join("pids/t/ct"), "pids.events", "max 17\n");
+        put(&root.path().join("memory/t/ct"), "memory.failcnt", "5\n");
+        put(&root.path().join("memory/t/ct"), "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
+        put(
+            &root.path().join("cpu,cpuacct/t/ct"),
+            "cpu.stat",
+            "nr_periods 10\nnr_throttled 4\nthrottled_time 7000000\n",
+        );
+        let want = LimitsHit {
+            pids_max: 17,
+            memory_max: 5,
+            oom_kills: 2,
+            cpu_throttled_periods: 4,
+            cpu_throttled_us: 7000,
+            ..LimitsHit::default()
+        };
+        assert_eq!(cg.limits_hit(), want);
+        assert!(want.since(&want).is_empty());
+    }
+
+    #[test]
+    fn v2_limits_hit_come_from_the_events_files() {
+        let root = tempfile::tempdir().unwrap();
+        let cg = fixture::cgroup(root.path(), Layout::Unified, "/t/ct");
+        let dir = root.path().join("t/ct");
+        put(&dir, "pids.events", "max 3\n");
+        put(&dir, "memory.events", "low 0\nhigh 9\nmax 4\noom 2\noom_kill 1\noom_group_kill 0\n");
+        put(&dir, "cpu.stat", "usage_usec 1\nnr_periods 8\nnr_throttled 6\nthrottled_usec 1500\nnr_bursts 0\n");
+        let want = LimitsHit {
+            pids_max: 3,
+            memory_high: 9,
+            memory_max: 4,
+            memory_oom: 2,
+            oom_kills: 1,
+            cpu_throttled_periods: 6,
+            cpu_throttled_us: 1500,
+        };
+        assert_eq!(cg.limits_hit(), want);
     }
 
     #[test]

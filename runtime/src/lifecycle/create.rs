@@ -19,6 +19,7 @@ use crate::hooks::{self, Kind};
 use crate::namespaces::Plan;
 use crate::process::init::InitConfig;
 use crate::process::launch::{self, Host};
+use crate::seccomp::refusals::RefusalListener;
 use crate::spec::{self, Bundle};
 use crate::state::{
     now_rfc3339, proc_start_time, write_atomic, Record, StateDir, AGENT_SOCKET, CONFIG_FILE, RESIDENT_FILE,
@@ -102,7 +103,7 @@ impl Runtime {
         let console = socket.as_ref().or(console).map(std::os::fd::AsRawFd::as_raw_fd);
         let lock = StateDir::create(self.root(), id)?;
         match build(&lock, id, bundle, (opts, how), console) {
-            Ok(rec) => Ok(Container { lock, rec }),
+            Ok((rec, refusals)) => Ok(Container { lock, rec, refusals }),
             Err(e) => Err(match lock.remove() {
                 Ok(()) => e,
                 Err(c) => RuntimeError::WithCleanup { error: Box::new(e), cleanup: Box::new(c) },
@@ -160,14 +161,15 @@ impl Host for CreateHost<'_> {
 
 /// Makes the container: config snapshot, start socket, cgroup, init (set
 /// up and waiting for `start`), and the record of it. On failure, undoes
-/// what it made but the state directory (the caller removes that).
+/// what it made but the state directory (the caller removes that). With
+/// the listener of a filter whose refusals the caller answers.
 fn build(
     lock: &StateDir,
     id: &str,
     bundle: &Bundle,
     (opts, how): (&CreateOptions, &Supervised),
     console: Option<i32>,
-) -> Result<Record> {
+) -> Result<(Record, Option<RefusalListener>)> {
     let created = now_rfc3339();
     let spec = &bundle.spec;
     let config = serde_json::to_vec(spec).map_err(|e| RuntimeError::InvalidSpec(format!("encode config: {e}")))?;
@@ -223,8 +225,8 @@ fn build(
     let host_root_mount = host_root.as_ref().and_then(HostRoot::made);
     match record(lock, &cfg, opts, cgroup.as_ref(), launched.pid, created, host_root_mount) {
         Ok(rec) => {
-            launched.commit().map_err(undo_cgroup)?;
-            Ok(rec)
+            let refusals = launched.commit().map_err(undo_cgroup)?;
+            Ok((rec, refusals))
         }
         Err(e) => {
             launched.abort();
@@ -364,6 +366,9 @@ fn init_config<'a>(
         Some(dir) => crate::seccomp::Filter::from_shared_cache(spec, dir)?,
         None => crate::seccomp::Filter::from_spec(spec)?,
     };
+    if let (true, Some(f)) = (how.record_refusals, p.seccomp.as_mut()) {
+        f.record_refusals()?;
+    }
     p.personality = crate::personality::from_spec(spec);
     p.mempolicy = crate::mempolicy::from_spec(spec)?;
     let wants_hooks = [Kind::Prestart, Kind::CreateRuntime, Kind::CreateContainer, Kind::StartContainer]

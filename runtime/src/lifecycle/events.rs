@@ -59,7 +59,7 @@ impl Container {
             return Err(RuntimeError::InvalidArgument("events: the interval must be greater than 0".into()));
         }
         let cg = self.cgroup_required()?;
-        let Container { lock, rec } = self;
+        let Container { lock, rec, .. } = self;
         drop(lock);
         let line = |typ: &str, data: Option<&StatsData>| {
             serde_json::to_string(&Event { typ, id: &rec.id, data }).unwrap_or_default()

@@ -52,6 +52,9 @@ pub struct Runtime {
 pub struct Container {
     lock: StateDir,
     rec: Record,
+    /// Made by `create_supervised` with `record_refusals` and an init
+    /// that execs: the filter's listener, until taken.
+    refusals: Option<crate::seccomp::refusals::RefusalListener>,
 }
 
 impl Runtime {
@@ -86,7 +89,7 @@ impl Runtime {
             return Err(RuntimeError::NotFound(id.to_string()));
         }
         let rec = lock.load()?;
-        Ok(Container { lock, rec })
+        Ok(Container { lock, rec, refusals: None })
     }
 }
 
@@ -94,6 +97,16 @@ impl Container {
     /// The container's id.
     pub fn id(&self) -> &str {
         &self.rec.id
+    }
+
+    /// The listener of the container's seccomp filter, when it was made
+    /// with `Supervised::record_refusals` and an init that execs: the
+    /// caller now answers each refused call ([`crate::RefusalListener::answer`]),
+    /// and keeps the record. `None` the second time. A refused call waits
+    /// until it is answered, or fails with ENOSYS once the listener is
+    /// closed.
+    pub fn refusals(&mut self) -> Option<crate::RefusalListener> {
+        self.refusals.take()
     }
 
     /// Host pid of the container's init.

@@ -26,6 +26,7 @@ use super::{check_id, Runtime};
 use crate::cgroups::{Leaf, Survivors};
 use crate::error::{Result, RuntimeError};
 use crate::process::resident::wire::{Reply, Request, MAX_REQUEST};
+use crate::seccomp::refusals::Refusals;
 use crate::state::{AGENT_SOCKET, RESIDENT_FILE};
 
 /// What `create` writes down for a resident init (`resident.json`, 0600,
@@ -104,6 +105,10 @@ pub struct ResidentProcess {
     /// Its status has been read.
     ended: bool,
     killed: Cell<bool>,
+    /// The container's record of refused calls when it started, and what
+    /// was added until it ended.
+    refused_before: Refusals,
+    refused: Refusals,
 }
 
 impl Runtime {
@@ -172,18 +177,53 @@ impl Resident {
             kill_children: cmd.kill_children,
             drain: stdio.drain.len(),
             cgroup_v2: *v2,
+            report: false,
         };
-        let mut proc = ResidentProcess { conn, pid: 0, path, leaf: Some(leaf), ended: false, killed: Cell::new(false) };
+        let mut proc = ResidentProcess::new(conn, path, Some(leaf));
         proc.send(&req, &fds, cmd.deadline)?;
         match proc.reply()? {
-            Some(Reply::Started { pid }) => {
+            Some(Reply::Started { pid, refused }) => {
                 proc.pid = pid;
+                proc.refused_before = refused;
                 // From here the caller waits on its own terms.
                 let _ = proc.set_timeouts(None);
                 Ok(proc)
             }
             Some(Reply::Failed(e)) => Err(RuntimeError::Exec(e)),
             Some(other) => Err(proc.bad_reply(format!("{other:?} before the program started"))),
+            None => Err(RuntimeError::NotRunning),
+        }
+    }
+}
+
+impl Resident {
+    /// The system calls the container's seccomp filter refused since it
+    /// was made, as its resident init recorded them (empty when its filter
+    /// does not record them: `Supervised::record_refusals`). Asked by
+    /// `deadline`.
+    pub fn refused(&self, deadline: Option<Instant>) -> Result<Refusals> {
+        let path = self.dir.join(AGENT_SOCKET);
+        let conn = connect(&self.dir, deadline).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => RuntimeError::NotFound(self.id.clone()),
+            std::io::ErrorKind::ConnectionRefused => RuntimeError::NotRunning,
+            _ => RuntimeError::io("connect to", &path, e),
+        })?;
+        let mut proc = ResidentProcess::new(conn, path, None);
+        proc.ended = true;
+        let req = Request {
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            kill_children: false,
+            drain: 0,
+            cgroup_v2: false,
+            report: true,
+        };
+        proc.send(&req, &[], deadline)?;
+        match proc.reply()? {
+            Some(Reply::Refused(r)) => Ok(r),
+            Some(Reply::Failed(e)) => Err(RuntimeError::Exec(e)),
+            Some(other) => Err(proc.bad_reply(format!("{other:?} for a report"))),
             None => Err(RuntimeError::NotRunning),
         }
     }
@@ -220,6 +260,27 @@ fn time_left(deadline: Instant) -> std::io::Result<nix::sys::time::TimeVal> {
 }
 
 impl ResidentProcess {
+    fn new(conn: UnixStream, path: PathBuf, leaf: Option<Leaf>) -> ResidentProcess {
+        ResidentProcess {
+            conn,
+            pid: 0,
+            path,
+            leaf,
+            ended: false,
+            killed: Cell::new(false),
+            refused_before: Refusals::default(),
+            refused: Refusals::default(),
+        }
+    }
+
+    /// The system calls the container's filter refused from the
+    /// program's start to its end (known once [`Self::wait`] has its
+    /// status), as the resident init recorded them: the program's own,
+    /// and those of anything else running in the container meanwhile.
+    pub fn refused(&self) -> &Refusals {
+        &self.refused
+    }
+
     /// The program's pid in the container's pid namespace.
     pub fn pid(&self) -> i32 {
         self.pid
@@ -245,12 +306,13 @@ impl ResidentProcess {
     /// container was killed), so no status is known.
     pub fn wait(&mut self) -> Result<Option<ResidentExit>> {
         loop {
-            let exit = match self.reply()? {
-                Some(Reply::Exited { code }) => ResidentExit::Exited(code),
-                Some(Reply::Signaled { signal }) => ResidentExit::Signaled(signal),
+            let (exit, refused) = match self.reply()? {
+                Some(Reply::Exited { code, refused }) => (ResidentExit::Exited(code), refused),
+                Some(Reply::Signaled { signal, refused }) => (ResidentExit::Signaled(signal), refused),
                 Some(_) => continue,
                 None => return Ok(None),
             };
+            self.refused = refused.since(&self.refused_before);
             self.ended = true;
             return Ok(Some(exit));
         }

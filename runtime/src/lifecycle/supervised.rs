@@ -52,6 +52,14 @@ pub struct Supervised {
     pub cgroup_v1_controllers: Option<Vec<String>>,
     /// What init becomes once started.
     pub init: Init,
+    /// Record the calls the seccomp filter refuses: each is answered with
+    /// the profile's errno by a supervisor that keeps the record (see
+    /// [`crate::Refusals`]). With [`Init::Resident`] that is the resident
+    /// init ([`crate::Resident::refused`], [`crate::ResidentProcess::refused`]);
+    /// otherwise the caller, through the listener [`Container::refusals`]
+    /// hands over once. A profile that can't be recorded this way (a
+    /// `listenerPath`, several refusing errnos) is refused.
+    pub record_refusals: bool,
 }
 
 /// What a supervisor's container's init does at `start`.

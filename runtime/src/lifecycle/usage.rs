@@ -23,4 +23,14 @@ impl Container {
         let (cpu_ns, peak_memory) = cg.usage();
         Usage { cpu_ns, peak_memory, oom_kills: cg.oom_kills() }
     }
+
+    /// The times the container's pids, memory and CPU limits held it
+    /// back so far (a few small reads of its cgroup); zeros for a
+    /// container without a cgroup, or one already removed.
+    pub fn limits_hit(&self) -> crate::cgroups::LimitsHit {
+        match self.cgroup() {
+            Ok(Some(cg)) => cg.limits_hit(),
+            _ => crate::cgroups::LimitsHit::default(),
+        }
+    }
 }

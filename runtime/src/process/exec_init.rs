@@ -76,7 +76,7 @@ fn setup(cfg: &ExecConfig, chan: &Channel) -> Step {
     if !cfg.late_joins.is_empty() {
         super::init::second_fork(chan)?;
     }
-    let program = finalize::prepare(&cfg.process, chan, false)?;
+    let (program, _) = finalize::prepare(&cfg.process, chan, false, false)?;
     // The program must outlive a detached `exec` (PDEATHSIG survives execve).
     finalize::die_with_parent(None)?;
     Err(finalize::exec(&cfg.process, &program))

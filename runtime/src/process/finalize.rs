@@ -21,7 +21,7 @@
 //! `start`), [`exec`]: the final rlimits, default signals, execve.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -140,7 +140,15 @@ fn take_stdio(fds: [RawFd; 3]) -> Step {
 
 /// Steps 1-8 above. `dev_console`: init also binds the pty over
 /// /dev/console (an exec'd process must not replace the container's).
-pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> Result<Program, InitError> {
+/// `resident`: a resident init keeps the listener of a filter that records
+/// its refusals (returned here) and answers them itself; anyone else hands
+/// it to the runtime.
+pub(crate) fn prepare(
+    p: &ProcessConfig,
+    chan: &Channel,
+    dev_console: bool,
+    resident: bool,
+) -> Result<(Program, Option<OwnedFd>), InitError> {
     if let Some(sock) = p.console {
         let slave = crate::tty::setup_console(sock, p.console_size, p.ids.uid, p.ids.gid)?;
         if dev_console {
@@ -160,8 +168,9 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
     // user), and check afterwards that it is inside the new root.
     nix::unistd::chdir(&p.cwd).map_err(|e| InitError::path("chdir", &p.cwd, e).field("process.cwd"))?;
     crate::lsm::apply(p.apparmor.as_deref(), p.selinux.as_deref())?;
+    let mut refusals = None;
     if !p.no_new_privs {
-        load_seccomp(p.seccomp.as_ref(), chan)?;
+        refusals = load_seccomp(p.seccomp.as_ref(), chan, resident)?;
     }
     user::switch(&p.ids, &p.caps, user::setgroups_allowed())?;
     // A change of credentials sets dumpable to fs.suid_dumpable (1 on a
@@ -180,9 +189,9 @@ pub(crate) fn prepare(p: &ProcessConfig, chan: &Channel, dev_console: bool) -> R
     let program = program(&p.args, &p.env, p.ids.uid)?;
     sys::cloexec_from(3 + p.preserved_fds)?;
     if p.no_new_privs {
-        load_seccomp(p.seccomp.as_ref(), chan)?;
+        refusals = load_seccomp(p.seccomp.as_ref(), chan, resident)?;
     }
-    Ok(program)
+    Ok((program, refusals))
 }
 
 /// Step 7's look-up: `args[0]` found as execvp would (relative to the cwd
@@ -198,16 +207,26 @@ pub(crate) fn program(args: &[CString], env: &[String], uid: u32) -> Result<Prog
     Ok(Program { exe, args: args.to_vec(), env })
 }
 
-/// Installs the seccomp filter; with SCMP_ACT_NOTIFY, hands the listener fd
-/// to the runtime and waits until the agent has it. See [`crate::seccomp`]
-/// for the syscalls init still makes afterwards.
-fn load_seccomp(filter: Option<&crate::seccomp::Filter>, chan: &Channel) -> Step {
-    let Some(filter) = filter else { return Ok(()) };
-    let Some(fd) = filter.load().map_err(|e| InitError::from(e).field("linux.seccomp"))? else { return Ok(()) };
+/// Installs the seccomp filter; with SCMP_ACT_NOTIFY, or with refusals
+/// recorded, hands the listener fd to the runtime and waits until the agent
+/// (or the runtime itself) has it, unless `keep_refusals` keeps the
+/// latter here. See [`crate::seccomp`] for the syscalls init still makes
+/// afterwards.
+fn load_seccomp(
+    filter: Option<&crate::seccomp::Filter>,
+    chan: &Channel,
+    keep_refusals: bool,
+) -> Result<Option<OwnedFd>, InitError> {
+    let Some(filter) = filter else { return Ok(None) };
+    let Some(fd) = filter.load().map_err(|e| InitError::from(e).field("linux.seccomp"))? else { return Ok(None) };
+    if keep_refusals && filter.refusal_errno().is_some() {
+        return Ok(Some(fd));
+    }
     chan.send(&Msg::SeccompFd)?;
     chan.send_fd(std::os::fd::AsFd::as_fd(&fd))?;
     drop(fd);
-    chan.expect(Msg::SeccompDone)
+    chan.expect(Msg::SeccompDone)?;
+    Ok(None)
 }
 
 /// The last steps: the final file-descriptor limit (the runtime's own work

@@ -137,7 +137,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     root.mkdir_all(&cfg.process.cwd, 0o755).map_err(|e| InitError::from(e).field("process.cwd"))?;
     rootfs::enter(&rootfs::Real, root, cfg.spec, cfg.no_pivot, cfg.plan.own_mount_ns())?;
     // 7. The path every container process shares with `exec`.
-    let program = finalize::prepare(&cfg.process, chan, true)?;
+    let (program, refusals) = finalize::prepare(&cfg.process, chan, true, cfg.agent_listener.is_some())?;
     // 8. Ready; outlive the runtime once it has recorded us; wait for start.
     chan.send(&Msg::Ready)?;
     chan.expect(Msg::Committed)?;
@@ -145,7 +145,7 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
         finalize::die_with_parent(None)?;
     }
     chan.send(&Msg::Detached)?;
-    wait_for_start_and_exec(cfg, host_pid, &program)
+    wait_for_start_and_exec(cfg, host_pid, &program, refusals)
 }
 
 /// `process.oomScoreAdj`.
@@ -343,7 +343,14 @@ pub(crate) fn hook_state(cfg: &InitConfig, pid: i32, status: &str) -> Vec<u8> {
 /// A failure is written back on the connection (a [`StartReply`], errno and
 /// all) so `start` can report it; on success the connection closes with
 /// execve (it is close-on-exec).
-fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &finalize::Program) -> Step {
+/// A resident init serves requests instead, answering the refusals of the
+/// filter's listener `refusals` when it records them.
+fn wait_for_start_and_exec(
+    cfg: &InitConfig,
+    host_pid: i32,
+    program: &finalize::Program,
+    refusals: Option<OwnedFd>,
+) -> Step {
     // Only a `start` that says so releases us: a connection that closes
     // without the byte (a start killed half-way) is not a start.
     let conn = loop {
@@ -371,7 +378,7 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &finalize::
         // Started: `start` reads the end of the connection as success, as
         // it would read an execve.
         drop(conn);
-        return Err(super::resident::serve(agent, &cfg.process));
+        return Err(super::resident::serve(agent, &cfg.process, refusals));
     }
     fail(finalize::exec(&cfg.process, program))
 }

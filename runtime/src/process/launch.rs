@@ -12,21 +12,25 @@ use super::init::{self, InitConfig};
 use super::sync::{self, Channel, Msg};
 use crate::error::{InitError, Result, RuntimeError};
 use crate::namespaces;
+use crate::seccomp::refusals::RefusalListener;
 use crate::sys::{self, Forked};
 
 /// An init that reported Ready and waits for [`Launched::commit`].
 pub(crate) struct Launched {
     pub pid: Pid,
     chan: Channel,
+    /// The listener of a filter whose refusals the caller answers.
+    refusals: Option<RefusalListener>,
 }
 
 impl Launched {
     /// Tells init the container is recorded; it then detaches from the
-    /// runtime. Returns once init no longer dies with the runtime.
-    pub(crate) fn commit(self) -> Result<()> {
+    /// runtime. Returns once init no longer dies with the runtime, with
+    /// the listener of a filter whose refusals the caller answers.
+    pub(crate) fn commit(self) -> Result<Option<RefusalListener>> {
         self.chan.send(&Msg::Committed)?;
         match self.chan.recv()? {
-            Some(Msg::Detached) => Ok(()),
+            Some(Msg::Detached) => Ok(self.refusals),
             None => Err(RuntimeError::Init(died(self.pid))),
             Some(Msg::Error(e)) => Err(RuntimeError::Init(e)),
             Some(m) => Err(RuntimeError::Init(sync::unexpected(&m, Some(&Msg::Detached)))),
@@ -77,7 +81,7 @@ pub(crate) fn launch(cfg: &InitConfig, host: &mut dyn Host) -> Result<Launched> 
     let mut init_pid = child;
     let result = release(cfg, child, &ours, host).and_then(|()| serve(cfg, child, &mut init_pid, &ours, host));
     match result {
-        Ok(()) => Ok(Launched { pid: init_pid, chan: ours }),
+        Ok(refusals) => Ok(Launched { pid: init_pid, chan: ours, refusals }),
         Err(e) => {
             kill_and_reap(init_pid);
             if init_pid != child {
@@ -123,8 +127,16 @@ fn release(cfg: &InitConfig, child: Pid, ours: &Channel, host: &mut dyn Host) ->
 }
 
 /// Answers init's requests until it is Ready; `init_pid` follows the real
-/// init when an intermediate forked it.
-fn serve(cfg: &InitConfig, child: Pid, init_pid: &mut Pid, ours: &Channel, host: &mut dyn Host) -> Result<()> {
+/// init when an intermediate forked it. Returns the listener of a filter
+/// whose refusals the caller answers.
+fn serve(
+    cfg: &InitConfig,
+    child: Pid,
+    init_pid: &mut Pid,
+    ours: &Channel,
+    host: &mut dyn Host,
+) -> Result<Option<RefusalListener>> {
+    let mut refusals = None;
     loop {
         match ours.recv()? {
             Some(Msg::MapsPlease) => {
@@ -146,10 +158,13 @@ fn serve(cfg: &InitConfig, child: Pid, init_pid: &mut Pid, ours: &Channel, host:
             }
             Some(Msg::SeccompFd) => {
                 let fd = ours.recv_fd()?;
-                seccomp_agent(cfg, *init_pid, &fd)?;
+                match cfg.process.seccomp.as_ref().and_then(crate::seccomp::Filter::refusal_errno) {
+                    Some(errno) => refusals = Some(RefusalListener::new(fd, errno)),
+                    None => seccomp_agent(cfg, *init_pid, &fd)?,
+                }
                 ours.send(&Msg::SeccompDone)?;
             }
-            Some(Msg::Ready) => return Ok(()),
+            Some(Msg::Ready) => return Ok(refusals),
             Some(Msg::Error(e)) => return Err(RuntimeError::Init(e)),
             Some(m) => return Err(RuntimeError::Init(sync::unexpected(&m, None))),
             None => return Err(RuntimeError::Init(died(*init_pid))),

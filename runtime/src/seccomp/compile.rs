@@ -21,7 +21,7 @@ const MAX_ARG_INDEX: usize = 5;
 
 /// The flag bits as `seccomp(2)` takes them (libc declares them `c_ulong`).
 #[allow(clippy::cast_possible_truncation, reason = "single low bits")]
-const NEW_LISTENER: u32 = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32;
+pub(super) const NEW_LISTENER: u32 = libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32;
 #[allow(clippy::cast_possible_truncation, reason = "single low bits")]
 const SPEC_ALLOW: u32 = libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW as u32;
 
@@ -171,7 +171,7 @@ pub(super) fn compile(s: &LinuxSeccomp) -> Result<Filter> {
         metadata: s.listener_metadata().clone(),
     });
     let flags = if listener.is_some() { flags | NEW_LISTENER } else { flags };
-    Ok(Filter { program, flags, listener, shared: None })
+    Ok(Filter { program, flags, listener, shared: None, recording: None })
 }
 
 /// `flags` as `seccomp(2)` bits, each checked against the kernel. Absent

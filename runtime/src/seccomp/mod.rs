@@ -55,6 +55,7 @@
 mod compile;
 mod enosys;
 pub(crate) mod notify;
+pub(crate) mod refusals;
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -137,6 +138,9 @@ pub struct Filter {
     /// The shared cache file holding this very program (see
     /// [`Filter::from_shared_cache`]), which [`Filter::cache`] links to.
     shared: Option<std::path::PathBuf>,
+    /// With refusals recorded ([`Filter::record_refusals`]): the program
+    /// that notifies them instead, and the errno to answer.
+    recording: Option<(Vec<libc::sock_filter>, i32)>,
 }
 
 impl Filter {
@@ -165,7 +169,38 @@ impl Filter {
     /// # Errors
     /// The kernel's refusal of `seccomp(2)`.
     pub fn load(&self) -> Result<Option<OwnedFd>, SysError> {
-        crate::sys::seccomp::set_filter(&self.program, self.flags)
+        match &self.recording {
+            Some((program, _)) => crate::sys::seccomp::set_filter(program, self.flags | compile::NEW_LISTENER),
+            None => crate::sys::seccomp::set_filter(&self.program, self.flags),
+        }
+    }
+
+    /// From now on the filter notifies its refusals instead of failing
+    /// them, for a supervisor to answer and record (see [`refusals`]);
+    /// `load` then returns the listener. The cached program stays the
+    /// profile's own.
+    ///
+    /// # Errors
+    /// A profile with an `SCMP_ACT_NOTIFY` agent of its own, or one that
+    /// refuses with several errnos, can't be recorded: unsupported, naming
+    /// `linux.seccomp`.
+    pub(crate) fn record_refusals(&mut self) -> Result<()> {
+        if self.listener.is_some() {
+            return Err(RuntimeError::unsupported("linux.seccomp", "refusals can't be recorded with a listenerPath"));
+        }
+        let Some(notifying) = refusals::notifying(&self.program) else {
+            return Err(RuntimeError::unsupported(
+                "linux.seccomp",
+                "refusals can be recorded only when they all carry one errno",
+            ));
+        };
+        self.recording = Some(notifying);
+        Ok(())
+    }
+
+    /// The errno refusals are answered with, when they are recorded.
+    pub(crate) fn refusal_errno(&self) -> Option<i32> {
+        self.recording.as_ref().map(|(_, e)| *e)
     }
 
     /// The filter for a config, taken from the cache file `cache` when it
@@ -265,7 +300,7 @@ impl Filter {
                 k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
             })
             .collect();
-        Some(Filter { program, flags: u32::from_ne_bytes(*flags), listener: None, shared: None })
+        Some(Filter { program, flags: u32::from_ne_bytes(*flags), listener: None, shared: None, recording: None })
     }
 
     /// The agent to hand the notification fd to (set iff the profile uses

@@ -306,6 +306,7 @@ fn the_cache_key_holds_the_build_and_libseccomp() {
         flags: 0,
         listener: None,
         shared: None,
+        recording: None,
     };
     std::fs::create_dir(&dir).unwrap();
     let old_file = dir.join("0123456789abcdef.bpf");
@@ -361,6 +362,7 @@ fn the_shared_cache_is_filled_once_and_refused_when_others_can_write_it() {
         flags: 0,
         listener: None,
         shared: None,
+        recording: None,
     };
     let header = cache_header().unwrap();
     std::fs::write(&files[0], allow_all.cache_bytes(header, &serde_json::to_vec(s).unwrap())).unwrap();

@@ -6,7 +6,7 @@
 //! at that point, and the flags passed are exactly the ones asked for.
 #![allow(unsafe_code)]
 
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
@@ -59,6 +59,47 @@ pub(crate) fn flags_supported(flags: u32) -> bool {
         )
     };
     ret < 0 && Errno::last() == Errno::EFAULT
+}
+
+/// `ioctl(SECCOMP_IOCTL_NOTIF_RECV)`: the next notification of listener
+/// `fd`.
+///
+/// # Preconditions
+/// One is pending (the fd polled readable): otherwise the call blocks
+/// until a filtered process makes one.
+///
+/// # Errors
+/// ENOENT when the process that made it has gone meanwhile (a signal or
+/// its death withdrew it); EINTR.
+pub(crate) fn notif_recv(fd: BorrowedFd<'_>) -> Result<libc::seccomp_notif, Errno> {
+    // SAFETY: an all-zero seccomp_notif is valid (plain integers), and the
+    // kernel insists on a zeroed buffer.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: `n` is a seccomp_notif, the size the request number encodes;
+    // the kernel writes only into it.
+    let ret =
+        unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_RECV, &mut n as *mut libc::seccomp_notif) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(n)
+}
+
+/// `ioctl(SECCOMP_IOCTL_NOTIF_SEND)`: notification `id` fails with
+/// `errno` (a positive number), as the filter's ERRNO action would.
+///
+/// # Errors
+/// ENOENT when the process has gone (nothing to answer).
+pub(crate) fn notif_fail(fd: BorrowedFd<'_>, id: u64, errno: i32) -> Result<(), Errno> {
+    let mut r = libc::seccomp_notif_resp { id, val: 0, error: -errno, flags: 0 };
+    // SAFETY: `r` is a seccomp_notif_resp, the size the request encodes;
+    // the kernel only reads it.
+    let ret =
+        unsafe { libc::ioctl(fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut r as *mut libc::seccomp_notif_resp) };
+    if ret < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
 }
 
 /// `fork(2)` through libc, for tests that load a filter in a child: unlike

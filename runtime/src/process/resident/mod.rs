@@ -41,6 +41,16 @@
 //! slowly holds no one else up. A failed accept (out of fds) pauses
 //! accepting briefly instead of spinning.
 //!
+//! When the container's filter records its refusals
+//! (`seccomp::refusals`), init holds the filter's listener and answers
+//! each refused call itself, with the profile's errno, keeping the
+//! container's record: every reply carries it, and a request for it alone
+//! gets it. Init is under the filter too, and would wait on itself for a
+//! call the profile refuses: the profile must allow what init does (it
+//! must already, or init would fail). While it waits for a program's
+//! execve, it answers that child's refused calls. Init's CPU time is the
+//! container's: a flood of refusals costs the container, and only it.
+//!
 //! Runs between fork and exec for as long as the container lives: nothing
 //! here may panic, and every failure of one request is answered on its
 //! connection, never by leaving the loop. Only a failure of the loop
@@ -50,7 +60,7 @@
 mod program;
 pub(crate) mod wire;
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -61,9 +71,10 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 
 use super::finalize::ProcessConfig;
 use crate::error::InitError;
+use crate::seccomp::refusals::Refusals;
 use crate::sys;
 use program::{answer, Program};
-use wire::{Incoming, Reply};
+use wire::{Asked, Incoming, Reply};
 
 /// Requests being received at once; more wait in the listen backlog.
 const MAX_INCOMING: usize = 64;
@@ -78,6 +89,29 @@ struct Served {
     programs: Vec<Program>,
     /// Accepting is paused until then.
     accept_after: Option<Instant>,
+    refusing: Refusing,
+}
+
+/// The filter's listener, when init answers the refused calls, and the
+/// record of them.
+#[derive(Default)]
+pub(super) struct Refusing {
+    listener: Option<(OwnedFd, i32)>,
+    pub(super) record: Refusals,
+}
+
+impl Refusing {
+    pub(super) fn listener(&self) -> Option<BorrowedFd<'_>> {
+        self.listener.as_ref().map(|(fd, _)| fd.as_fd())
+    }
+
+    /// Answers the refused calls waiting.
+    pub(super) fn answer(&mut self) {
+        if let Some((fd, errno)) = &self.listener {
+            // Init itself uses the filter: it never reports no users.
+            crate::seccomp::refusals::answer(fd.as_fd(), *errno, &mut self.record);
+        }
+    }
 }
 
 /// What a polled fd belongs to.
@@ -87,11 +121,13 @@ enum Slot {
     Signals,
     Incoming(usize),
     Program(usize, usize),
+    Refusals,
 }
 
-/// Serves requests on `listener` until the container is killed. Returns
-/// only when the loop itself can't go on.
-pub(crate) fn serve(listener: &OwnedFd, p: &ProcessConfig) -> InitError {
+/// Serves requests on `listener` until the container is killed, and
+/// answers the refused calls of the filter's listener `refusals`, if it
+/// records them. Returns only when the loop itself can't go on.
+pub(crate) fn serve(listener: &OwnedFd, p: &ProcessConfig, refusals: Option<OwnedFd>) -> InitError {
     // What exec does just before execve, done once for every program.
     if let Err(e) = crate::rlimits::apply_final(&p.rlimits) {
         return e;
@@ -112,6 +148,8 @@ pub(crate) fn serve(listener: &OwnedFd, p: &ProcessConfig) -> InitError {
         return InitError::from(e);
     }
     let mut s = Served::default();
+    let errno = p.seccomp.as_ref().and_then(crate::seccomp::Filter::refusal_errno);
+    s.refusing.listener = refusals.zip(errno);
     loop {
         let now = Instant::now();
         let (slots, ready) = {
@@ -130,7 +168,7 @@ pub(crate) fn serve(listener: &OwnedFd, p: &ProcessConfig) -> InitError {
             match *slot {
                 Slot::Signals => {
                     while let Ok(Some(_)) = sigfd.read_signal() {}
-                    reap(&mut s.programs);
+                    reap(&mut s.programs, &s.refusing.record);
                 }
                 Slot::Program(i, j) => {
                     if let Some(prog) = s.programs.get_mut(i) {
@@ -139,6 +177,7 @@ pub(crate) fn serve(listener: &OwnedFd, p: &ProcessConfig) -> InitError {
                 }
                 Slot::Incoming(i) => received.extend(s.receive(i)),
                 Slot::Listener => s.accept(listener),
+                Slot::Refusals => s.refusing.answer(),
             }
         }
         s.start(received, p);
@@ -161,6 +200,10 @@ impl Served {
     ) -> Vec<Slot> {
         let mut slots = vec![Slot::Signals];
         fds.push(PollFd::new(sigfd.as_fd(), PollFlags::POLLIN));
+        if let Some(fd) = self.refusing.listener() {
+            slots.push(Slot::Refusals);
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
         let paused = self.accept_after.is_some_and(|t| t > now);
         if !paused && self.incoming.len() < MAX_INCOMING {
             slots.push(Slot::Listener);
@@ -205,7 +248,7 @@ impl Served {
 
     /// Reads on from request `i`: its index and outcome once it is whole
     /// or has failed.
-    fn receive(&mut self, i: usize) -> Option<(usize, Result<wire::Received, InitError>)> {
+    fn receive(&mut self, i: usize) -> Option<(usize, Result<Asked, InitError>)> {
         let inc = self.incoming.get_mut(i)?;
         match inc.advance() {
             Ok(None) => None,
@@ -215,7 +258,7 @@ impl Served {
     }
 
     /// Runs the requests `received` whole (or answers their failure).
-    fn start(&mut self, mut received: Vec<(usize, Result<wire::Received, InitError>)>, p: &ProcessConfig) {
+    fn start(&mut self, mut received: Vec<(usize, Result<Asked, InitError>)>, p: &ProcessConfig) {
         // Highest index first: each removal leaves the lower ones in place.
         received.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
         for (i, got) in received {
@@ -224,7 +267,8 @@ impl Served {
             }
             let inc = self.incoming.swap_remove(i);
             match got {
-                Ok(r) => self.programs.extend(Program::start(inc.conn, r, p)),
+                Ok(Asked::Run(r)) => self.programs.extend(Program::start(inc.conn, r, p, &mut self.refusing)),
+                Ok(Asked::Report) => answer(&inc.conn, &Reply::Refused(self.refusing.record.clone())),
                 Err(e) => answer(&inc.conn, &Reply::Failed(e)),
             }
         }
@@ -242,17 +286,22 @@ impl Served {
 }
 
 /// Collects every child that ended (orphans of the container included: we
-/// are its pid 1) and tells the callers waiting for theirs.
-fn reap(programs: &mut [Program]) {
+/// are its pid 1) and tells the callers waiting for theirs, with the
+/// `record` of refused calls.
+fn reap(programs: &mut [Program], record: &Refusals) {
     loop {
-        let (pid, reply) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) => (pid, Reply::Exited { code }),
-            Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, Reply::Signaled { signal: sig as i32 }),
+        let (pid, status) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) => (pid, Ok(code)),
+            Ok(WaitStatus::Signaled(pid, sig, _)) => (pid, Err(sig as i32)),
             Ok(WaitStatus::StillAlive) | Err(_) => return,
             Ok(_) => continue,
         };
         if let Some(prog) = programs.iter_mut().find(|r| r.pid == pid) {
-            prog.ended(&reply);
+            let refused = record.clone();
+            prog.ended(&match status {
+                Ok(code) => Reply::Exited { code, refused },
+                Err(signal) => Reply::Signaled { signal, refused },
+            });
         }
     }
 }

@@ -4,7 +4,6 @@
 //! nothing here may panic.
 
 use std::ffi::CString;
-use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
@@ -12,6 +11,7 @@ use nix::sys::socket::{recv, send, MsgFlags};
 use nix::unistd::Pid;
 
 use super::wire::{Received, Reply};
+use super::Refusing;
 use crate::cgroups::LeafFds;
 use crate::error::InitError;
 use crate::process::finalize::{self, ProcessConfig};
@@ -37,10 +37,10 @@ pub(super) struct Program {
 impl Program {
     /// Starts the program of `r`, answering on `conn` either way; `None`
     /// if it did not start.
-    pub(super) fn start(conn: OwnedFd, r: Received, p: &ProcessConfig) -> Option<Program> {
-        match spawn(&r, p) {
+    pub(super) fn start(conn: OwnedFd, r: Received, p: &ProcessConfig, refusing: &mut Refusing) -> Option<Program> {
+        match spawn(&r, p, refusing) {
             Ok(pid) => {
-                answer(&conn, &Reply::Started { pid: pid.as_raw() });
+                answer(&conn, &Reply::Started { pid: pid.as_raw(), refused: refusing.record.clone() });
                 let kill_children = r.req.kill_children;
                 // Shared with the caller's read ends: neither side blocks.
                 let drain = r.drain.into_iter().filter(|fd| sys::set_nonblocking(fd).is_ok()).map(Some).collect();
@@ -147,8 +147,9 @@ fn bad_request(why: impl Into<String>) -> InitError {
 }
 
 /// Forks the program of `r` and waits until it has been exec'd (or
-/// failed to be: the child writes why on a close-on-exec pipe).
-fn spawn(r: &Received, p: &ProcessConfig) -> Result<Pid, InitError> {
+/// failed to be: the child writes why on a close-on-exec pipe). The
+/// child's refused calls meanwhile are answered.
+fn spawn(r: &Received, p: &ProcessConfig, refusing: &mut Refusing) -> Result<Pid, InitError> {
     let req = &r.req;
     let args: Vec<CString> = req
         .args
@@ -171,12 +172,44 @@ fn spawn(r: &Received, p: &ProcessConfig) -> Result<Pid, InitError> {
         }
         Forked::Parent(pid) => {
             drop(wr);
-            let mut why = Vec::new();
-            let _ = std::fs::File::from(rd).read_to_end(&mut why);
+            let why = read_to_end_answering(&rd, refusing);
             if why.is_empty() {
                 return Ok(pid);
             }
             Err(serde_json::from_slice(&why).unwrap_or_else(|_| InitError::msg("the program failed to start")))
+        }
+    }
+}
+
+/// Everything the child writes on `rd` until its end, answering refused
+/// calls meanwhile: one of the child's own, before its execve, must not
+/// wait for us while we wait for it.
+fn read_to_end_answering(rd: &OwnedFd, refusing: &mut Refusing) -> Vec<u8> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut out = Vec::new();
+    loop {
+        let (pipe_ready, refused) = {
+            let mut fds = vec![PollFd::new(rd.as_fd(), PollFlags::POLLIN)];
+            fds.extend(refusing.listener().map(|fd| PollFd::new(fd, PollFlags::POLLIN)));
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => return out,
+            }
+            let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+            (ready(&fds[0]), fds.get(1).is_some_and(ready))
+        };
+        if refused {
+            refusing.answer();
+        }
+        if !pipe_ready {
+            continue;
+        }
+        let mut buf = [0u8; 4096];
+        match nix::unistd::read(rd.as_raw_fd(), &mut buf) {
+            Ok(0) => return out,
+            Ok(n) => out.extend_from_slice(buf.get(..n).unwrap_or_default()),
+            Err(Errno::EINTR) => {}
+            Err(_) => return out,
         }
     }
 }

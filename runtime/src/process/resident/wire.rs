@@ -9,6 +9,7 @@ use nix::errno::Errno;
 
 use crate::cgroups::LeafFds;
 use crate::error::InitError;
+use crate::seccomp::refusals::Refusals;
 use crate::sys;
 
 /// Largest request accepted: args and env as execve takes them (ARG_MAX
@@ -44,6 +45,10 @@ pub(crate) struct Request {
     /// The program's cgroup is a v2 one. Not optional: no request runs a
     /// program outside a cgroup of its own.
     pub cgroup_v2: bool,
+    /// Nothing to run, no fds: init answers with its record of refused
+    /// calls ([`Reply::Refused`]) and closes.
+    #[serde(default)]
+    pub report: bool,
 }
 
 /// What init answers, one JSON object per line.
@@ -51,13 +56,38 @@ pub(crate) struct Request {
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Reply {
     /// The program runs, as this pid of the container's pid namespace.
-    Started { pid: i32 },
+    /// `refused`, here and below: the container's record of refused calls
+    /// then (empty when init does not answer them).
+    Started {
+        pid: i32,
+        #[serde(default, skip_serializing_if = "Refusals::is_empty")]
+        refused: Refusals,
+    },
     /// It could not be run.
     Failed(InitError),
     /// It exited with this status.
-    Exited { code: i32 },
+    Exited {
+        code: i32,
+        #[serde(default, skip_serializing_if = "Refusals::is_empty")]
+        refused: Refusals,
+    },
     /// A signal ended it.
-    Signaled { signal: i32 },
+    Signaled {
+        signal: i32,
+        #[serde(default, skip_serializing_if = "Refusals::is_empty")]
+        refused: Refusals,
+    },
+    /// The answer to a [`Request::report`].
+    Refused(Refusals),
+}
+
+/// What a whole request asks for.
+#[derive(Debug)]
+pub(crate) enum Asked {
+    /// A program to run.
+    Run(Received),
+    /// The record of refused calls.
+    Report,
 }
 
 /// A whole request and the fds that came with it, sorted.
@@ -88,7 +118,7 @@ impl Incoming {
     }
 
     /// Reads what has arrived; the request once it is whole. Never blocks.
-    pub(crate) fn advance(&mut self) -> Result<Option<Received>, InitError> {
+    pub(crate) fn advance(&mut self) -> Result<Option<Asked>, InitError> {
         loop {
             let want = self.missing()?;
             if want == 0 {
@@ -120,10 +150,16 @@ impl Incoming {
         Ok((4 + len).saturating_sub(self.bytes.len()))
     }
 
-    fn finish(&mut self) -> Result<Received, InitError> {
+    fn finish(&mut self) -> Result<Asked, InitError> {
         let body = self.bytes.get(4..).unwrap_or_default();
         let req: Request = serde_json::from_slice(body).map_err(|e| bad_request(e.to_string()))?;
-        sort_fds(req, std::mem::take(&mut self.fds))
+        if req.report {
+            if !self.fds.is_empty() {
+                return Err(bad_request("a report request carries no fds"));
+            }
+            return Ok(Asked::Report);
+        }
+        sort_fds(req, std::mem::take(&mut self.fds)).map(Asked::Run)
     }
 }
 
@@ -150,7 +186,7 @@ mod tests {
 
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
-    use super::{Incoming, MAX_REQUEST, REQUEST_PATIENCE};
+    use super::{Asked, Incoming, MAX_REQUEST, REQUEST_PATIENCE};
 
     fn null() -> OwnedFd {
         std::fs::File::open("/dev/null").unwrap().into()
@@ -186,7 +222,7 @@ mod tests {
         send(&a, &head(body.len()), &nulls(7), &body[..10]);
         assert!(inc.advance().unwrap().is_none(), "a part of the body");
         (&a).write_all(&body[10..]).unwrap();
-        let got = inc.advance().unwrap().unwrap();
+        let Asked::Run(got) = inc.advance().unwrap().unwrap() else { panic!("not a program") };
         assert_eq!((got.req.args.len(), got.req.env, got.req.cwd.as_deref()), (2, vec!["A=1".into()], Some("/work")));
         assert_eq!(got.drain.len(), 2);
         assert!(got.leaf.v2 && !got.req.kill_children);
@@ -201,6 +237,17 @@ mod tests {
             let e = inc.advance().unwrap_err().to_string();
             assert!(e.contains("fds") || e.contains("cgroup_v2"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_report_request_carries_nothing_else() {
+        let body = br#"{"args":[],"cgroup_v2":false,"report":true}"#;
+        let (a, mut inc) = incoming();
+        send(&a, &head(body.len()), &[], body);
+        assert!(matches!(inc.advance().unwrap(), Some(Asked::Report)));
+        let (a, mut inc) = incoming();
+        send(&a, &head(body.len()), &nulls(1), body);
+        assert!(inc.advance().unwrap_err().to_string().contains("no fds"));
     }
 
     #[test]
