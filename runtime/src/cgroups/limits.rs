@@ -61,7 +61,7 @@ impl Cgroup {
     /// systemd driver gives systemd the new properties first.
     pub(crate) fn update(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
         if self.systemd {
-            self.set_scope_properties(r)?;
+            self.set_unit_properties(r, devices)?;
             return self.apply(&super::systemd::for_files(r), devices);
         }
         if self.layout == Layout::Unified {
@@ -121,7 +121,7 @@ pub(super) fn controllers_of(r: &LinuxResources) -> Vec<(&'static str, &'static 
     out
 }
 
-fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResources {
+pub(super) fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResources {
     let mut r = r.clone();
     if devices.is_empty() {
         return r;

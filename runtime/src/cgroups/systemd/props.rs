@@ -3,10 +3,8 @@
 //! written to the cgroup's files afterwards; so are these, which keeps the
 //! files right should systemd lack a property.
 
+use super::wire::{Prop, Value};
 use oci_spec::runtime::LinuxResources;
-use zbus::zvariant::Value;
-
-use super::dbus::Prop;
 
 /// systemd's "infinity" for a u64 property.
 const INFINITY: u64 = u64::MAX;
@@ -18,10 +16,10 @@ pub(super) fn resources(r: &LinuxResources) -> Result<Vec<Prop>, String> {
     memory(r, &mut out)?;
     cpu(r, &mut out)?;
     if let Some(l) = r.pids().as_ref().map(|p| p.limit()).filter(|l| *l > 0 || *l == -1) {
-        out.push(("TasksMax", Value::from(limit(l))));
+        out.push(("TasksMax", Value::U64(limit(l))));
     }
     if let Some(w) = r.block_io().as_ref().and_then(|b| b.weight()).filter(|w| *w > 0) {
-        out.push(("IOWeight", Value::from(io_weight(w))));
+        out.push(("IOWeight", Value::U64(io_weight(w))));
     }
     Ok(out)
 }
@@ -30,14 +28,14 @@ fn memory(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
     let Some(m) = r.memory() else { return high(r, out) };
     let (limit_in, swap) = (m.limit().unwrap_or(0), m.swap().unwrap_or(0));
     if limit_in != 0 {
-        out.push(("MemoryMax", Value::from(limit(limit_in))));
+        out.push(("MemoryMax", Value::U64(limit(limit_in))));
     }
     if let Some(low) = m.reservation().filter(|l| *l != 0) {
-        out.push(("MemoryLow", Value::from(limit(low))));
+        out.push(("MemoryLow", Value::U64(limit(low))));
     }
     match swap_max(swap, limit_in)? {
         0 => {}
-        s => out.push(("MemorySwapMax", Value::from(limit(s)))),
+        s => out.push(("MemorySwapMax", Value::U64(limit(s)))),
     }
     high(r, out)
 }
@@ -49,28 +47,28 @@ fn high(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
         "max" => INFINITY,
         s => s.parse().map_err(|_| format!("linux.resources.unified[\"memory.high\"] {v:?} is not a number"))?,
     };
-    out.push(("MemoryHigh", Value::from(n)));
+    out.push(("MemoryHigh", Value::U64(n)));
     Ok(())
 }
 
 fn cpu(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
     let Some(c) = r.cpu() else { return Ok(()) };
     if let Some(s) = c.shares().filter(|s| *s != 0) {
-        out.push(("CPUWeight", Value::from(cpu_weight(s))));
+        out.push(("CPUWeight", Value::U64(cpu_weight(s))));
     }
     let (quota, period) = (c.quota().unwrap_or(0), c.period().unwrap_or(0));
     if quota != 0 || period != 0 {
-        out.push(("CPUQuotaPerSecUSec", Value::from(quota_per_sec(quota, period))));
+        out.push(("CPUQuotaPerSecUSec", Value::U64(quota_per_sec(quota, period))));
     }
     if period != 0 {
-        out.push(("CPUQuotaPeriodUSec", Value::from(period)));
+        out.push(("CPUQuotaPeriodUSec", Value::U64(period)));
     }
     if let Some(cpus) = c.cpus().as_ref().filter(|s| !s.is_empty()) {
-        out.push(("AllowedCPUs", Value::from(bitmask(cpus).map_err(|e| format!("linux.resources.cpu.cpus: {e}"))?)));
+        out.push(("AllowedCPUs", Value::Bytes(bitmask(cpus).map_err(|e| format!("linux.resources.cpu.cpus: {e}"))?)));
     }
     if let Some(mems) = c.mems().as_ref().filter(|s| !s.is_empty()) {
         let mask = bitmask(mems).map_err(|e| format!("linux.resources.cpu.mems: {e}"))?;
-        out.push(("AllowedMemoryNodes", Value::from(mask)));
+        out.push(("AllowedMemoryNodes", Value::Bytes(mask)));
     }
     Ok(())
 }
@@ -151,7 +149,7 @@ mod tests {
         p.iter().map(|(n, _)| *n).collect()
     }
 
-    fn get<'a>(p: &'a [Prop], name: &str) -> &'a Value<'static> {
+    fn get<'a>(p: &'a [Prop], name: &str) -> &'a Value {
         &p.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("{name} missing: {:?}", names(p))).1
     }
 
@@ -172,13 +170,13 @@ mod tests {
             .build()
             .unwrap();
         let p = resources(&r).unwrap();
-        assert_eq!(get(&p, "MemoryMax"), &Value::from(64u64 << 20));
-        assert_eq!(get(&p, "MemorySwapMax"), &Value::from(32u64 << 20), "memory+swap less memory");
-        assert_eq!(get(&p, "TasksMax"), &Value::from(20u64));
-        assert_eq!(get(&p, "CPUQuotaPerSecUSec"), &Value::from(500_000u64));
-        assert_eq!(get(&p, "CPUQuotaPeriodUSec"), &Value::from(100_000u64));
-        assert_eq!(get(&p, "CPUWeight"), &Value::from(39u64));
-        assert_eq!(get(&p, "AllowedCPUs"), &Value::from(vec![0b1011u8]));
+        assert_eq!(get(&p, "MemoryMax"), &Value::U64(64 << 20));
+        assert_eq!(get(&p, "MemorySwapMax"), &Value::U64(32 << 20), "memory+swap less memory");
+        assert_eq!(get(&p, "TasksMax"), &Value::U64(20));
+        assert_eq!(get(&p, "CPUQuotaPerSecUSec"), &Value::U64(500_000));
+        assert_eq!(get(&p, "CPUQuotaPeriodUSec"), &Value::U64(100_000));
+        assert_eq!(get(&p, "CPUWeight"), &Value::U64(39));
+        assert_eq!(get(&p, "AllowedCPUs"), &Value::Bytes(vec![0b1011]));
         assert!(!names(&p).contains(&"MemoryLow"), "no reservation, no MemoryLow");
     }
 
@@ -199,6 +197,6 @@ mod tests {
             .pids(LinuxPidsBuilder::default().limit(-1).build().unwrap())
             .build()
             .unwrap();
-        assert_eq!(get(&resources(&r).unwrap(), "TasksMax"), &Value::from(INFINITY));
+        assert_eq!(get(&resources(&r).unwrap(), "TasksMax"), &Value::U64(INFINITY));
     }
 }
