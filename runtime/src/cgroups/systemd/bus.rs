@@ -68,7 +68,7 @@ impl Conn {
     /// Connects to `addr`, authenticates and, on a bus (not `direct` to
     /// systemd, which has no `Hello`), says Hello.
     pub(super) fn open(addr: &Addr, direct: bool, patience: Duration) -> Result<Conn, Failure> {
-        let deadline = Instant::now() + patience;
+        let deadline = Deadline::after(patience);
         let stream = connect(addr, patience).map_err(|e| Failure::bus(format!("connect to {addr:?}: {e}")))?;
         let mut conn = Conn { stream, inbuf: Vec::new(), serial: 0, patience, watch: None, signals: Vec::new() };
         conn.auth(deadline)?;
@@ -90,7 +90,7 @@ impl Conn {
     /// SASL EXTERNAL with no identity given: the bus takes the socket's
     /// peer credentials, which are right inside a user namespace too
     /// (where our uid is not the one the bus sees).
-    fn auth(&mut self, deadline: Instant) -> Result<(), Failure> {
+    fn auth(&mut self, deadline: Deadline) -> Result<(), Failure> {
         self.send(b"\0AUTH EXTERNAL\r\n", deadline)?;
         let mut line = self.line(deadline)?;
         if line == "DATA" {
@@ -123,7 +123,7 @@ impl Conn {
             body: body.buf,
             flags: wire::NO_REPLY_EXPECTED,
         };
-        let deadline = Instant::now() + self.patience;
+        let deadline = Deadline::after(self.patience);
         self.serial += 1;
         // A failed send shows up as a failed call right after.
         let _ = self.send(&call.encode(self.serial), deadline);
@@ -132,7 +132,7 @@ impl Conn {
     /// Sends `call` and returns its reply; an error reply is a `Failure`
     /// with its name and message.
     pub(super) fn call(&mut self, call: &Call) -> Result<Message, Failure> {
-        let deadline = Instant::now() + self.patience;
+        let deadline = Deadline::after(self.patience);
         self.serial += 1;
         let serial = self.serial;
         self.send(&call.encode(serial), deadline)?;
@@ -165,7 +165,7 @@ impl Conn {
     /// The first watched signal `want` accepts, kept or still to come,
     /// waiting at most `patience`.
     pub(super) fn signal(&mut self, patience: Duration, want: impl Fn(&Message) -> bool) -> Result<Message, Failure> {
-        let deadline = Instant::now() + patience;
+        let deadline = Deadline::after(patience);
         loop {
             if let Some(i) = self.signals.iter().position(&want) {
                 return Ok(self.signals.remove(i));
@@ -177,7 +177,7 @@ impl Conn {
         }
     }
 
-    fn message(&mut self, deadline: Instant) -> Result<Message, Failure> {
+    fn message(&mut self, deadline: Deadline) -> Result<Message, Failure> {
         self.fill(16, deadline)?;
         let fixed: [u8; 16] = self.inbuf[..16].try_into().map_err(|_| Failure::bus("a short message"))?;
         let len = wire::message_len(&fixed).map_err(|e| Failure::bus(format!("the bus sent {e}")))?;
@@ -188,7 +188,7 @@ impl Conn {
     }
 
     /// One `\r\n`-ended line of the authentication exchange.
-    fn line(&mut self, deadline: Instant) -> Result<String, Failure> {
+    fn line(&mut self, deadline: Deadline) -> Result<String, Failure> {
         loop {
             if let Some(end) = self.inbuf.windows(2).position(|w| w == b"\r\n") {
                 let line = String::from_utf8_lossy(&self.inbuf[..end]).into_owned();
@@ -204,16 +204,18 @@ impl Conn {
     }
 
     /// Reads until `inbuf` holds at least `n` bytes.
-    fn fill(&mut self, n: usize, deadline: Instant) -> Result<(), Failure> {
+    fn fill(&mut self, n: usize, deadline: Deadline) -> Result<(), Failure> {
         let mut chunk = [0u8; 4096];
         while self.inbuf.len() < n {
-            let left = self.left(deadline)?;
+            let left = deadline.left()?;
             self.stream.set_read_timeout(Some(left)).map_err(|e| Failure::bus(format!("set a read timeout: {e}")))?;
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err(Failure::bus("the bus closed the connection")),
                 Ok(got) => self.inbuf.extend_from_slice(&chunk[..got]),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return Err(self.late()),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Err(deadline.passed())
+                }
                 Err(e) => return Err(Failure::bus(format!("read from the bus: {e}"))),
             }
         }
@@ -222,28 +224,42 @@ impl Conn {
 
     /// Writes all of `buf`; MSG_NOSIGNAL: a bus gone away is an error
     /// here, not a SIGPIPE.
-    fn send(&mut self, mut buf: &[u8], deadline: Instant) -> Result<(), Failure> {
+    fn send(&mut self, mut buf: &[u8], deadline: Deadline) -> Result<(), Failure> {
         while !buf.is_empty() {
-            let left = self.left(deadline)?;
+            let left = deadline.left()?;
             self.stream.set_write_timeout(Some(left)).map_err(|e| Failure::bus(format!("set a write timeout: {e}")))?;
             match socket::send(self.stream.as_raw_fd(), buf, MsgFlags::MSG_NOSIGNAL) {
                 Ok(n) => buf = &buf[n..],
                 Err(Errno::EINTR) => {}
-                Err(Errno::EAGAIN) => return Err(self.late()),
+                Err(Errno::EAGAIN) => return Err(deadline.passed()),
                 Err(e) => return Err(Failure::bus(format!("write to the bus: {e}"))),
             }
         }
         Ok(())
     }
+}
 
-    fn left(&self, deadline: Instant) -> Result<Duration, Failure> {
-        match deadline.checked_duration_since(Instant::now()) {
+/// When a wait ends, and how long it was given (for the message).
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    patience: Duration,
+}
+
+impl Deadline {
+    fn after(patience: Duration) -> Deadline {
+        Deadline { at: Instant::now() + patience, patience }
+    }
+
+    /// The time left, or the failure saying none is.
+    fn left(&self) -> Result<Duration, Failure> {
+        match self.at.checked_duration_since(Instant::now()) {
             Some(d) if !d.is_zero() => Ok(d),
-            _ => Err(self.late()),
+            _ => Err(self.passed()),
         }
     }
 
-    fn late(&self) -> Failure {
+    fn passed(&self) -> Failure {
         Failure::bus(format!("no answer from systemd within {} ms", self.patience.as_millis()))
     }
 }
@@ -366,7 +382,7 @@ mod tests {
         assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(5), "{took:?}");
         assert!(e.why.contains("no answer from systemd within 300 ms") && e.name.is_none(), "{e:?}");
         let e = conn.signal(Duration::from_millis(50), |_| true).unwrap_err();
-        assert!(e.why.contains("no answer"), "waiting for a signal has a deadline too: {e:?}");
+        assert!(e.why.contains("no answer from systemd within 50 ms"), "a signal's wait has its own deadline: {e:?}");
         drop(conn);
         server.join().unwrap();
     }

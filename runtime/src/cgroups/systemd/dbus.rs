@@ -65,6 +65,8 @@ impl Bus {
             }
         }
         // runc's fallback when there is no bus daemon (a kind node, say).
+        // Each attempt has its own deadline: a hung bus daemon and a hung
+        // systemd together cost two of them, still a bounded wait.
         if private && Path::new(PRIVATE_SOCKET).exists() {
             let addr = Addr::Path(PRIVATE_SOCKET.into());
             match Conn::open(&addr, true, CALL_PATIENCE) {
