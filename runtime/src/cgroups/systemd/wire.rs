@@ -34,7 +34,7 @@ const SIGNATURE: u8 = 8;
 
 /// A value the driver sends: a unit property's, or a method argument.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Value {
+pub(super) enum Value {
     Str(String),
     Bool(bool),
     U64(u64),
@@ -61,7 +61,7 @@ impl Value {
 }
 
 /// A unit property as StartTransientUnit and SetUnitProperties take it.
-pub(crate) type Prop = (&'static str, Value);
+pub(super) type Prop = (&'static str, Value);
 
 /// Marshals values at the alignments the format asks, counted from the
 /// start of the buffer (a body starts 8-aligned in its message, so a
