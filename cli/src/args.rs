@@ -74,7 +74,9 @@ pub(crate) enum Command {
     ///
     /// The poststart hooks run once the program is executed, before start returns, even when
     /// the program has already exited. A failing poststart hook is logged as a warning and start
-    /// still succeeds, as the runtime spec says.
+    /// still succeeds, as the runtime spec says. A failing startContainer hook keeps the program
+    /// from running and stops the container (status 1, the failure on its stderr), and, as with
+    /// runc, start logs a warning, runs the poststart hooks and succeeds.
     Start(IdArg),
     /// output the state of a container
     State(IdArg),

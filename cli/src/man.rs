@@ -4,6 +4,10 @@
 //! below renders every page and fails if a committed page differs, so a
 //! flag cannot change without its page. Regenerate with
 //! `UPDATE_MAN=1 cargo test -p tinyrun-cli man`.
+//!
+//! Section 7 pages (`tinyrun-<topic>.7`: the engine recipes, the OCI and
+//! sandbox references) are written by hand; the tests check that each is a
+//! page and that the README, which stays short, points to it.
 
 #[cfg(test)]
 mod tests {
@@ -236,5 +240,29 @@ mod tests {
             assert!(pages.contains_key(&format!("tinyrun-{cmd}.{SECTION}")), "no page for {cmd}");
         }
         assert!(pages.contains_key("tinyrun.8"));
+    }
+
+    #[test]
+    fn section_seven_pages_are_pages_and_the_readme_points_to_them() {
+        let readme = std::fs::read_to_string(man_dir().join("../README.md")).expect("README.md");
+        let lines = readme.lines().count();
+        assert!(lines < 300, "README.md has {lines} lines: details go to the man pages of section 7");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(man_dir()).expect("read man/").flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(topic) = name.strip_suffix(".7") else { continue };
+            seen += 1;
+            let text = std::fs::read_to_string(entry.path()).expect("read page");
+            let th = format!(".TH \"{}\" \"7\"", topic.to_uppercase());
+            assert!(text.contains(&th), "{name} lacks {th}");
+            for section in [".SH NAME\n", ".SH DESCRIPTION\n", ".SH SEE ALSO\n"] {
+                assert!(text.contains(section), "{name} lacks {section:?}");
+            }
+            assert!(readme.contains(&format!("](man/{name})")), "README.md does not link man/{name}");
+        }
+        for topic in ["podman", "containerd", "docker", "kubernetes", "rootless", "oci", "sandbox"] {
+            assert!(man_dir().join(format!("tinyrun-{topic}.7")).exists(), "no tinyrun-{topic}.7");
+        }
+        assert!(seen >= 7);
     }
 }

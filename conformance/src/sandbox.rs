@@ -196,6 +196,31 @@ pub struct Sbx {
 }
 
 impl Sbx {
+    /// This test's tinyrun processes that are still at work: sandbox commands, and the detached
+    /// child that removes a used pool box and refills its pool (which shows itself as
+    /// `tinyrun-pool`, its caller's command line concealed). The root's reaper, which lives as long
+    /// as a box has a lifetime, is not counted.
+    pub fn busy(&self) -> Vec<i32> {
+        let bin = self.rt.bin.to_string_lossy().into_owned();
+        let comm = |p: i32| fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default().trim().to_string();
+        self.rt
+            .leftovers()
+            .into_iter()
+            .filter(|&p| {
+                let name = comm(p);
+                name != "tinyrun-reaper" && (name == "tinyrun-pool" || cmdline(p).first() == Some(&bin))
+            })
+            .collect()
+    }
+
+    /// Waits (`secs` at most) until [`Sbx::busy`] is empty: a pool's detached refill is done.
+    pub fn wait_for_refills(&self, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !self.busy().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn new(name: &'static str) -> Sbx {
         Sbx::with_root_mode(name, true)
     }

@@ -5,7 +5,7 @@
 //!
 //! The caller is a `sh` this test spawns and first moves into cgroups of its own, different
 //! per hierarchy: `/tinyrun-test/<cid>/a` for memory, `.../c` for pids and `name=systemd`,
-//! `.../b` for every other hierarchy (on v2: `.../b`). It then execs the runtime. Later
+//! `.../d` for blkio, `.../b` for every other hierarchy (on v2: `.../b`). It then execs the runtime. Later
 //! commands (`ps`, `events --stats`, `pause`, `resume`, `kill`, `delete`) run from the test process itself, a
 //! caller in other cgroups, and must find the same directories. `<cid>` is registered with
 //! the harness, which thaws, kills and removes whatever is left under it even when a test
@@ -60,6 +60,7 @@ fn leaf(key: &str) -> &'static str {
     match key {
         "memory" => "a",
         "pids" | "name=systemd" => "c",
+        "blkio" => "d",
         _ => "b",
     }
 }
@@ -267,5 +268,42 @@ fn a_relative_path_cannot_climb_out_of_the_callers_cgroup() {
     // Like Go's filepath.Clean("/" + p): `..` stops at the caller's cgroup.
     let want = expected(&caller, &format!("tinyrun-test/{}/up/ct", caller.cid));
     start_as(&caller, &rt, &b, &want);
+    delete_and_check(&rt, &b.id, &want);
+}
+
+/// The major:minor of a block device of this host (a disk if there is one), for blkio limits.
+fn block_device() -> (u64, u64) {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/block")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort_by_key(|n| ["loop", "zram", "ram"].iter().any(|p| n.starts_with(p)));
+    let name = names.first().expect("a block device in /sys/block");
+    let dev = read(PathBuf::from(format!("/sys/block/{name}/dev")));
+    let (maj, min) = dev.split_once(':').unwrap();
+    (maj.parse().unwrap(), min.parse().unwrap())
+}
+
+/// With the caller's blkio cgroup apart from its devices one, the container's blkio cgroup is
+/// too, and a blockIO limit is set there, as runc's fs driver sets it (not refused).
+#[test]
+fn a_limit_apart_from_the_devices_cgroup_is_set_where_its_cgroup_is() {
+    require_root!();
+    if host_is_v2() {
+        tinyrun_conformance::skip!("v2 has one path for every controller: nothing lies apart");
+    }
+    let rt = Runtime::new("cgpapart");
+    let caller = Caller::new(&rt);
+    let (maj, min) = block_device();
+    let resources = json!({"blockIO": {"throttleReadBpsDevice": [{"major": maj, "minor": min, "rate": 1048576}]}});
+    let rel = format!("tinyrun-test/{}/apart/ct", caller.cid);
+    let b = sleeper(&rt, Some(&rel), resources);
+    let want = expected(&caller, &rel);
+    let dir = |key: &str| want.iter().find(|w| w.0 == key).map(|w| w.2.clone()).unwrap();
+    assert_ne!(dir("blkio").parent(), dir("devices").parent(), "the test needs the two apart");
+    start_as(&caller, &rt, &b, &want);
+    let set = read(dir("blkio").join("blkio.throttle.read_bps_device"));
+    assert!(set.lines().any(|l| l == format!("{maj}:{min} 1048576")), "blkio, under the caller's d: {set:?}");
     delete_and_check(&rt, &b.id, &want);
 }

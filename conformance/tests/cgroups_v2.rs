@@ -33,4 +33,5 @@ on_v2!(
     device_rules_are_enforced,
     kernel_memory_is_ignored_with_a_warning,
     exec_into_a_sub_cgroup,
+    cpu_weight_follows_shares,
 );

@@ -46,6 +46,7 @@ scenarios!(
     stop_grace_period,
     container_stats,
     removal_leaves_nothing,
+    bidirectional_mount,
 );
 
 fn scenario(handler: &'static str, body: fn(&Cri)) {
@@ -358,6 +359,48 @@ fn removal_leaves_nothing(cri: &Cri) {
     }
     assert!(cri.ok("ListContainers", cri.client().list()).is_empty());
     assert!(cri.ok("ListPodSandbox", cri.client().list_pods()).is_empty());
+}
+
+/// A hostPath volume with `mountPropagation: Bidirectional` (what CSI node plugins use):
+/// containerd binds it `rshared` under `rootfsPropagation: rshared`, on a host directory that
+/// must be a shared mount. A tmpfs the container mounts in it shows on the host, and one the
+/// host mounts later shows in the container.
+fn bidirectional_mount(cri: &Cri) {
+    let host = cri.work.join("bidi");
+    for d in ["from-ctr", "from-host"] {
+        std::fs::create_dir_all(host.join(d)).expect("mkdir in the volume");
+    }
+    let mount = |args: &[&str], at: &std::path::Path| {
+        let st = std::process::Command::new("mount").args(args).arg(at).status().expect("mount");
+        assert!(st.success(), "mount {args:?} {}", at.display());
+    };
+    // The harness unmounts everything under the work dir.
+    mount(&["--bind", host.to_str().unwrap()], &host);
+    mount(&["--make-shared"], &host);
+    let pod = cri.run_pod("bidi", false);
+    let script = "mount -t tmpfs -o size=1m tmpfs /data/from-ctr && echo c > /data/from-ctr/marker && echo mounted; \
+                  exec sleep 1000";
+    let mut cfg = Cri::container_config("csi", &["sh", "-c", script]);
+    cfg.mounts = vec![api::Mount {
+        container_path: "/data".into(),
+        host_path: host.display().to_string(),
+        propagation: api::MountPropagation::PropagationBidirectional as i32,
+        ..Default::default()
+    }];
+    let caps = api::Capability { add_capabilities: vec!["SYS_ADMIN".into()], ..Default::default() };
+    let sc = api::LinuxContainerSecurityContext { capabilities: Some(caps), ..Default::default() };
+    cfg.linux = Some(api::LinuxContainerConfig { security_context: Some(sc), ..Default::default() });
+    let c = cri.run_with(&pod, cfg);
+    cri.wait_log(&c, "mounted", 30);
+    let marker = host.join("from-ctr/marker");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !marker.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(marker.exists(), "the container's mount in the Bidirectional volume never reached the host");
+    mount(&["-t", "tmpfs", "-o", "size=1m", "tmpfs"], &host.join("from-host"));
+    std::fs::write(host.join("from-host/marker"), "h\n").expect("write on the host's mount");
+    assert_eq!(cri.exec_ok(&c, &["cat", "/data/from-host/marker"]), "h\n", "the host's mount is not in the container");
 }
 
 #[derive(Debug)]

@@ -6,7 +6,7 @@
 //!   namespace or cgroup handle, nothing the caller leaked.
 //! * Files init reads in the image (`/etc/passwd`, `#!` lines) may be FIFOs: `create` must not
 //!   hang on them.
-//! * `/proc` and `/sys` in the image must be ordinary directories, not symlinks.
+//! * `/proc` and `/sys` in the image must be ordinary directories, not symlinks or files.
 //! * Sysctl writes must land on procfs, and a namespaced sysctl is refused when its namespace is
 //!   joined by a path to the host's own.
 //!
@@ -183,22 +183,28 @@ fn a_fifo_in_the_image_does_not_hang_create() {
     }
 }
 
-/// The image makes /proc (then /sys) a symlink to a directory of its own: proc and sysfs must
-/// not be mounted through it. runc refuses the same ("must be mounted on ordinary directory").
+/// The image makes /proc (then /sys) a symlink to a directory of its own, or a plain file:
+/// proc and sysfs must not be mounted through or over it. runc refuses the same, in words tools
+/// match: "must be mounted on ordinary directory".
 #[test]
-fn proc_and_sys_symlinks_in_the_image_are_refused() {
+fn proc_and_sys_not_directories_in_the_image_are_refused() {
     require_root!();
     let rt = Runtime::new("procsymlink");
-    for dir in ["proc", "sys"] {
+    for (dir, kind) in [("proc", "symlink"), ("sys", "symlink"), ("proc", "file")] {
         let b = rt.bundle(&["/bin/true"]);
         let rootfs = b.writable_rootfs();
         fs::remove_dir(rootfs.join(dir)).expect("rmdir");
-        fs::create_dir(rootfs.join("fake")).unwrap();
-        std::os::unix::fs::symlink("/fake", rootfs.join(dir)).unwrap();
+        if kind == "file" {
+            fs::write(rootfs.join(dir), "").unwrap();
+        } else {
+            fs::create_dir(rootfs.join("fake")).unwrap();
+            std::os::unix::fs::symlink("/fake", rootfs.join(dir)).unwrap();
+        }
         let o = rt.create(&b);
-        escape(&format!("{dir}-symlink"), &format!("/{dir} -> /fake in the image"), &format!("{:?}", o.stderr.trim()));
-        assert!(!o.ok(), "/{dir} mounted through a symlink of the image\n{o}");
+        escape(&format!("{dir}-{kind}"), &format!("/{dir} a {kind} in the image"), &format!("{:?}", o.stderr.trim()));
+        assert!(!o.ok(), "/{dir} mounted through a {kind} of the image\n{o}");
         assert!(o.stderr.contains(&format!("/{dir}")), "the error names /{dir}\n{o}");
+        assert!(o.stderr.contains("must be mounted on ordinary directory"), "runc's words\n{o}");
         rt.assert_nothing_left(&b.id);
     }
 }

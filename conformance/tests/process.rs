@@ -318,6 +318,52 @@ fn scheduler_and_io_priority() {
     rt.assert_nothing_left(&b.id);
 }
 
+/// `struct sched_attr` as sched_getattr(2) fills it (SCHED_ATTR_SIZE_VER1).
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+    util_min: u32,
+    util_max: u32,
+}
+
+/// The scheduler flags are taken by the runtime spec's names, the two that oci-spec 0.10
+/// spells otherwise (`SCHED_FLAG_RESET_ON_FORK`, `SCHED_FLAG_DL_OVERRUN`) included, and applied:
+/// sched_getattr from the host reads SCHED_DEADLINE with both flags.
+#[test]
+fn scheduler_flags_by_the_specs_names() {
+    require_root!();
+    let rt = Runtime::new("schedflags");
+    if rt.is_runc() {
+        tinyrun_conformance::skip!("runc 1.1.5 predates process.scheduler (runc 1.2) and ignores it");
+    }
+    let b = rt.bundle(&["/bin/probe", "sleep", "600"]);
+    b.config_mut(|c| {
+        c["process"]["scheduler"] = json!({"policy": "SCHED_DEADLINE", "runtime": 10_000_000,
+            "deadline": 100_000_000, "period": 100_000_000,
+            "flags": ["SCHED_FLAG_RESET_ON_FORK", "SCHED_FLAG_DL_OVERRUN"]});
+    });
+    rt.create(&b).expect_ok("create with the spec's names of the scheduler flags");
+    let pid = rt.state(&b.id).unwrap()["pid"].as_i64().unwrap();
+    let mut attr = SchedAttr::default();
+    let size = std::mem::size_of::<SchedAttr>() as libc::c_uint;
+    // SAFETY: the kernel writes at most `size` bytes into `attr`, which is that large.
+    let r = unsafe { libc::syscall(libc::SYS_sched_getattr, pid as libc::pid_t, &mut attr, size, 0) };
+    assert_eq!(r, 0, "sched_getattr({pid}): {}", std::io::Error::last_os_error());
+    assert_eq!(attr.policy, 6, "SCHED_DEADLINE");
+    assert_eq!(attr.flags & 0x5, 0x5, "SCHED_FLAG_RESET_ON_FORK (1) and SCHED_FLAG_DL_OVERRUN (4): {:#x}", attr.flags);
+    assert_eq!((attr.runtime, attr.period), (10_000_000, 100_000_000));
+    rt.run(&["delete", "--force", &b.id]).expect_ok("delete");
+    rt.assert_nothing_left(&b.id);
+}
+
 /// `process.commandLine` is a Windows field: on Linux it is ignored with a warning (runc ignores
 /// it), and `process.args` runs.
 #[test]

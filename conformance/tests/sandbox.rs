@@ -650,14 +650,6 @@ fn pool_idle(sb: &Sbx) -> Vec<String> {
         .collect()
 }
 
-/// tinyrun processes of this test still running (a pool refill in a detached child).
-/// Less the boxes' reapers, which live as long as their box (see `sandbox_ux.rs`).
-fn tinyrun_procs(sb: &Sbx) -> Vec<i32> {
-    let bin = sb.rt.bin.to_string_lossy().into_owned();
-    let reaper = |p: i32| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tinyrun-reaper");
-    sb.rt.leftovers().into_iter().filter(|p| cmdline(*p).first() == Some(&bin) && !reaper(*p)).collect()
-}
-
 /// `pool list --format json`, as it printed it (for the failure messages).
 fn pool_list(sb: &Sbx) -> String {
     let o = sb.raw(&["pool", "list", "--format", "json"]);
@@ -688,7 +680,7 @@ fn pool_fill_run_refill() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let (refilled, after) = loop {
         let after = pool_idle(&sb);
-        if after.len() == 2 && tinyrun_procs(&sb).is_empty() {
+        if after.len() == 2 && sb.busy().is_empty() {
             break (true, after);
         }
         if Instant::now() > deadline {
@@ -700,7 +692,7 @@ fn pool_fill_run_refill() {
     let listed_after = pool_list(&sb);
     let used: Vec<&String> = before.iter().filter(|i| !after.contains(i)).collect();
     let (j, jo) = sb.run_json(&["--pool"], &["python3", "-c", "print(2 + 2)"]);
-    wait_for("the second refill", 10, || pool_idle(&sb).len() == 2 && tinyrun_procs(&sb).is_empty());
+    wait_for("the second refill", 10, || pool_idle(&sb).len() == 2 && sb.busy().is_empty());
     // Drained, not terminated box by box: the pool would refill what goes.
     let drained = sb.raw(&["pool", "drain", "--all"]);
     let terminated: Vec<(String, Option<i32>)> =

@@ -549,20 +549,6 @@ fn bad_egress_options_and_failed_setup_leave_nothing() {
     net.sb.assert_clean("failed egress set-up");
 }
 
-/// Waits (10 s at most) for this test's tinyrun processes to end: a pool's detached refill (the
-/// root's reaper, which lives as long as a box has a lifetime, aside).
-fn wait_for_refills(net: &Net) {
-    let bin = net.sb.rt.bin.to_string_lossy().into_owned();
-    let reaper = |p: i32| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tinyrun-reaper");
-    let refilling = || {
-        net.sb.rt.leftovers().into_iter().any(|p| tinyrun_conformance::cmdline(p).first() == Some(&bin) && !reaper(p))
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while refilling() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// `pool fill 1 --network egress --allow-host PUBLIC:80`: a plain `run --pool` does not take that
 /// box (it stays loopback only), a `run --pool` with the same egress options does and reaches
 /// PUBLIC but not the metadata address; once the pool's refill is done and every box terminated,
@@ -586,7 +572,7 @@ fn pooled_egress_boxes_serve_only_matching_runs() {
     let (res, o) = net.run_probe(&plain_opts, &[tcp(PUBLIC, 80), tcp(METADATA, 80)]);
     let taken = net.sb.rt.root().join("sandbox").join(&pooled).join("claimed").exists()
         || !net.sb.rt.root().join("sandbox").join(&pooled).exists();
-    wait_for_refills(&net);
+    net.sb.wait_for_refills(10);
     // The pool first: terminating its boxes would only have them refilled.
     let drained = net.sandbox(&["pool", "drain", "--all"]);
     let mut terminated = vec![format!("pool drain --all: {:?}", drained.code())];

@@ -64,7 +64,7 @@ fn pool_serves_only_matching_boxes() {
     let matching = sb.run(&["--pool", "--no-seccomp"], &["python3", "-c", PROBE]);
     // A taken box is removed by a detached refill: between `sandbox list` and the look at
     // its claim marker it can go, marker first, and look idle. Read the pool once that's done.
-    wait_for_refills(&sb);
+    sb.wait_for_refills(10);
     let idle_after_matching = pool_idle(&sb);
     let (p, m) = (kv(&plain.stdout), kv(&matching.stdout));
     saw(
@@ -92,22 +92,10 @@ fn pool_serves_only_matching_boxes() {
     sb.assert_clean("terminating every sandbox");
 }
 
-/// Waits (10 s at most) for a detached pool refill to finish (the root's reaper, which lives as
-/// long as a box has a lifetime, aside).
-fn wait_for_refills(sb: &Sbx) {
-    let bin = sb.rt.bin.to_string_lossy().into_owned();
-    let reaper = |p: i32| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tinyrun-reaper");
-    let refilling = || sb.rt.leftovers().into_iter().any(|p| cmdline(p).first() == Some(&bin) && !reaper(p));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while refilling() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Waits for a detached pool refill to finish, drains the pools (terminating their boxes would
 /// only have them refilled), then terminates every other sandbox.
 fn terminate_all(sb: &Sbx) {
-    wait_for_refills(sb);
+    sb.wait_for_refills(10);
     sb.raw(&["pool", "drain", "--all"]).expect_ok("pool drain --all");
     for (id, _, _) in sb.list() {
         sb.raw(&["terminate", &id]).expect_ok("terminate");

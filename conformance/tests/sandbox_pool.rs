@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tinyrun_conformance::sandbox::{names_in, parse_result, saw, wait_for, Sbx};
-use tinyrun_conformance::{cmdline, missing_prerequisite, require_root, Out};
+use tinyrun_conformance::{missing_prerequisite, require_root, Out};
 
 /// Pool boxes of this test that are made and unclaimed (running, or a moment before: a box being
 /// made counts, as it will be idle). Read from the state dir, so sampling takes no lock.
@@ -42,15 +42,6 @@ fn pool_boxes(sb: &Sbx) -> Vec<String> {
 /// What is under `<root>/sandbox-pool`.
 fn pool_records(sb: &Sbx) -> Vec<String> {
     names_in(&sb.rt.root().join("sandbox-pool"))
-}
-
-/// tinyrun processes of this test at work (a refill in its detached child), less the root's
-/// reaper, which lives as long as a box with a lifetime.
-fn busy(sb: &Sbx) -> Vec<i32> {
-    let bin = sb.rt.bin.to_string_lossy().into_owned();
-    let reaper =
-        |p: i32| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tinyrun-reaper");
-    sb.rt.leftovers().into_iter().filter(|p| cmdline(*p).first() == Some(&bin) && !reaper(*p)).collect()
 }
 
 /// `pool fill [common] ARGS`, which must succeed; the ids it made.
@@ -92,7 +83,7 @@ fn twenty_runs_against_a_pool_of_four() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !busy(&sb).is_empty() && Instant::now() < deadline {
+    while !sb.busy().is_empty() && Instant::now() < deadline {
         most = most.max(idle_now(&sb).len());
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -143,7 +134,7 @@ fn a_drain_is_exact_under_a_racing_refill() {
         sb.run(&["--pool"], &["true"]).expect_ok("run --pool");
         std::thread::sleep(Duration::from_millis(round * 10));
         let drained = sb.raw(&["pool", "drain", &key]);
-        wait_for("the refill to finish", 30, || busy(&sb).is_empty());
+        wait_for("the refill to finish", 30, || sb.busy().is_empty());
         std::thread::sleep(Duration::from_millis(100));
         let (left, records) = (pool_boxes(&sb), pool_records(&sb));
         if !drained.ok() || !left.is_empty() || !records.is_empty() {
@@ -179,7 +170,7 @@ fn a_drain_by_key_leaves_other_pools() {
         .unwrap_or_default();
     let options = |k: &str| boxes.iter().find(|x| x["key"] == k).map(|x| x["options"].clone()).unwrap_or_default();
     let drained = sb.raw(&["pool", "drain", &ka]);
-    wait_for("the drain's refills (none) to finish", 30, || busy(&sb).is_empty());
+    wait_for("the drain's refills (none) to finish", 30, || sb.busy().is_empty());
     let (left, records) = (pool_boxes(&sb), pool_records(&sb));
     let unknown = sb.raw(&["pool", "drain", "pool0000000000000000"]);
     let all = sb.raw(&["pool", "drain", "--all"]);
@@ -209,7 +200,7 @@ fn a_drain_by_key_leaves_other_pools() {
     assert!(table.stdout.contains("memory=128M"), "{table}");
     assert!(drained.ok() && drained.stdout.trim() == a[0], "{drained}");
     assert_eq!(left, b, "drain {ka} touched the other pool");
-    assert_eq!(records, [kb.clone()], "drain {ka} left its record or took the other's");
+    assert_eq!(records, std::slice::from_ref(&kb), "drain {ka} left its record or took the other's");
     assert_eq!(unknown.code(), Some(125), "{unknown}");
     assert!(all.ok() && all.stdout.trim() == b[0], "{all}");
     assert!(left_all.is_empty() && records_all.is_empty(), "after drain --all: {left_all:?} {records_all:?}");

@@ -475,3 +475,33 @@ pub fn exec_into_a_sub_cgroup(v: V) {
     rt.run(&["delete", &b.id]).expect_ok("delete");
     rt.assert_nothing_left(&b.id);
 }
+
+/// cpu.shares (v1) becomes cpu.weight on v2 by the mapping of runc 1.3.2 and later, crun 1.23
+/// and later and libcgroups, a quadratic in log2(shares) through (2, 1), (1024, 100) and
+/// (262144, 10000): the default share is the default weight, as systemd maps CPUShares, where
+/// runc 1.1's linear one gave 1024 shares (one CPU asked for by a Kubernetes pod) 39, less
+/// than any service with the default. At create and on `update --cpu-share`; v1 takes shares
+/// as they are.
+pub fn cpu_weight_follows_shares(v: V) {
+    let rt = Runtime::new("cgweight");
+    let b = bundle(&rt, "exec sleep 1000", json!({"cpu": {"shares": 512}}));
+    start(&rt, &b);
+    // (shares, weight as runc >= 1.3.2 converts, weight as runc 1.1 did)
+    let cases = [(512, 59, 20), (1024, 100, 39), (2048, 174, 79), (2, 1, 1), (262144, 10000, 10000)];
+    for (i, (shares, weight, linear)) in cases.into_iter().enumerate() {
+        if i > 0 {
+            rt.run(&["update", "--cpu-share", &shares.to_string(), &b.id]).expect_ok("update --cpu-share");
+        }
+        let got: u64 = match v {
+            V::V1 => read(&file(v, &b.id, "cpu", "cpu.shares")).parse().unwrap(),
+            V::V2 => read(&file(v, &b.id, "", "cpu.weight")).parse().unwrap(),
+        };
+        let want = if v == V::V1 { shares } else { weight };
+        if rt.is_runc() && v == V::V2 && got == linear && got != want {
+            eprintln!("runc before 1.3.2: {shares} shares -> cpu.weight {got} (linear)");
+            continue;
+        }
+        assert_eq!(got, want, "{shares} shares ({v:?})");
+    }
+    delete_and_check(&rt, &b.id);
+}

@@ -1,16 +1,14 @@
-//! Memory, cpu and cpuset limits for a v1 cgroup, written straight to each
-//! controller's directory.
+//! Limits for a v1 cgroup, written straight to each controller's directory.
 //!
 //! libcgroups' v1 manager takes one path for every hierarchy and writes
 //! the device rules on every apply, so it can't serve a cgroup whose paths
 //! differ per hierarchy (a relative cgroupsPath from a caller whose own
-//! cgroups differ, see `path`). These are the limits nearly every such
-//! caller sets (kubelet-less tools, a shell on a systemd v1 host); the rest
-//! (blockIO, hugepages, network) still goes to libcgroups when its
-//! controller shares the devices hierarchy's path, and is refused naming
-//! the field otherwise (`limits`). Any other v1 cgroup that asks for no
-//! more than these and `v1`'s is written here too, sparing the cost of
-//! libcgroups' manager.
+//! cgroups differ, see `path`). For such a cgroup every limit is written
+//! here: memory, cpu and cpuset ([`apply`]), the ones nearly every caller
+//! sets, and blockIO, hugepages and network ([`apply_others`]). Any other
+//! v1 cgroup that asks for no more than memory, cpu, cpuset and `v1`'s is
+//! written here too, sparing the cost of libcgroups' manager; the rest of
+//! its limits go to libcgroups.
 //! Values mean what runc's fs driver makes of them: 0 leaves a file alone.
 //!
 //! The statistics of such a cgroup are read here too ([`stats`]): cpu,
@@ -23,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::collections::HashMap;
 
 use libcgroups::stats::{CpuThrottling, CpuUsage, MemoryData, MemoryStats, Stats};
-use oci_spec::runtime::{LinuxCpu, LinuxMemory, LinuxResources};
+use oci_spec::runtime::{LinuxBlockIo, LinuxCpu, LinuxMemory, LinuxNetwork, LinuxResources};
 
-use super::{io_err, read_trim, Result};
+use super::{io_err, read_trim, CgroupError, Result};
 
 /// Writes `r`'s memory, cpu (less `burst`, which `limits` writes on every
 /// v1 cgroup) and cpuset blocks under `dir(controller)`.
@@ -42,6 +40,81 @@ pub(super) fn apply(r: &LinuxResources, dir: impl Fn(&str) -> PathBuf) -> Result
         if let Some(mems) = set(c.mems()) {
             write(&dir("cpuset"), "cpuset.mems", &mems)?;
         }
+    }
+    Ok(())
+}
+
+/// Writes `r`'s blockIO, hugepageLimits and network blocks under
+/// `dir(controller)`, in the files runc's fs driver writes.
+pub(super) fn apply_others(r: &LinuxResources, dir: impl Fn(&str) -> PathBuf) -> Result<()> {
+    if let Some(b) = r.block_io() {
+        blkio(b, &dir("blkio"))?;
+    }
+    for h in r.hugepage_limits().iter().flatten() {
+        let size = h.page_size();
+        // The size becomes part of a file name: only a size such as the
+        // kernel names its files by ("2MB", "1GB"), never a path.
+        let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit()).unwrap_or(size.len()));
+        if digits.is_empty() || !["KB", "MB", "GB"].contains(&unit) {
+            let why = format!("{size:?} is not a page size such as \"2MB\"");
+            return Err(CgroupError::Refused { field: "linux.resources.hugepageLimits.pageSize".into(), why });
+        }
+        let d = dir("hugetlb");
+        write(&d, &format!("hugetlb.{size}.limit_in_bytes"), &h.limit().to_string())?;
+        // The reservation limit too, where the kernel has one (5.7 and
+        // later), as runc 1.2 and libcgroups set it.
+        let rsvd = format!("hugetlb.{size}.rsvd.limit_in_bytes");
+        if d.join(&rsvd).exists() {
+            write(&d, &rsvd, &h.limit().to_string())?;
+        }
+    }
+    if let Some(n) = r.network() {
+        network(n, dir)?;
+    }
+    Ok(())
+}
+
+fn blkio(b: &LinuxBlockIo, d: &Path) -> Result<()> {
+    // CFQ's weight files, or BFQ's where CFQ's are gone (runc's choice).
+    let (weight, weight_device) = match d.join("blkio.weight").exists() {
+        true => ("blkio.weight", "blkio.weight_device"),
+        false => ("blkio.bfq.weight", "blkio.bfq.weight_device"),
+    };
+    if let Some(w) = b.weight().filter(|w| *w != 0) {
+        write(d, weight, &w.to_string())?;
+    }
+    if let Some(w) = b.leaf_weight().filter(|w| *w != 0) {
+        write(d, "blkio.leaf_weight", &w.to_string())?;
+    }
+    for wd in b.weight_device().iter().flatten() {
+        let dev = format!("{}:{}", wd.major(), wd.minor());
+        if let Some(w) = wd.weight().filter(|w| *w != 0) {
+            write(d, weight_device, &format!("{dev} {w}"))?;
+        }
+        if let Some(w) = wd.leaf_weight().filter(|w| *w != 0) {
+            write(d, "blkio.leaf_weight_device", &format!("{dev} {w}"))?;
+        }
+    }
+    let throttles = [
+        ("blkio.throttle.read_bps_device", b.throttle_read_bps_device()),
+        ("blkio.throttle.write_bps_device", b.throttle_write_bps_device()),
+        ("blkio.throttle.read_iops_device", b.throttle_read_iops_device()),
+        ("blkio.throttle.write_iops_device", b.throttle_write_iops_device()),
+    ];
+    for (file, list) in throttles {
+        for t in list.iter().flatten() {
+            write(d, file, &format!("{}:{} {}", t.major(), t.minor(), t.rate()))?;
+        }
+    }
+    Ok(())
+}
+
+fn network(n: &LinuxNetwork, dir: impl Fn(&str) -> PathBuf) -> Result<()> {
+    if let Some(id) = n.class_id() {
+        write(&dir("net_cls"), "net_cls.classid", &id.to_string())?;
+    }
+    for p in n.priorities().iter().flatten() {
+        write(&dir("net_prio"), "net_prio.ifpriomap", &format!("{} {}", p.name(), p.priority()))?;
     }
     Ok(())
 }

@@ -19,7 +19,12 @@ impl Cgroup {
             if self.split() || beyond == LinuxResources::default() {
                 v1::apply(&r, &self.v1_dir("devices"), &self.v1_dir("pids"))?;
                 apart::apply(&r, |c| self.v1_dir(c))?;
-                self.check_split(&beyond)?;
+                if self.split() {
+                    // libcgroups can't write to paths that differ per
+                    // hierarchy: the rest is written here too.
+                    apart::apply_others(&beyond, |c| self.v1_dir(c))?;
+                    return self.write_burst(&r);
+                }
                 if beyond == LinuxResources::default() {
                     return self.write_burst(&r);
                 }
@@ -73,35 +78,8 @@ impl Cgroup {
     }
 }
 
-/// runc allows the device nodes `linux.devices` makes, after the spec's own
-/// rules (libcgroups adds only its default set).
-impl Cgroup {
-    /// With paths that differ per hierarchy, libcgroups (one path for all,
-    /// and device rules written on every apply) can set only limits whose
-    /// controllers share the devices hierarchy's path, the record.
-    fn check_split(&self, r: &LinuxResources) -> Result<()> {
-        if !self.split() {
-            return Ok(());
-        }
-        for (field, ctrl) in controllers_of(r) {
-            let mount = self.mounts.iter().find(|m| m.controllers.iter().any(|c| c == ctrl));
-            let here = mount.map_or(self.rel(), |m| self.rel_in(m));
-            if here != self.rel() {
-                let why = format!(
-                    "with a relative cgroupsPath, this process's own cgroups put the container's {ctrl} cgroup \
-                     (/{here}) apart from its devices cgroup ({}); tinyrun sets {ctrl} limits only beside the \
-                     devices one: give an absolute cgroupsPath",
-                    self.recorded
-                );
-                return Err(CgroupError::Refused { field: field.into(), why });
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The `linux.resources` fields beyond those `v1` and `apart` write that
-/// `r` sets, with the v1 controller each needs.
+/// The blockIO, hugepage and network fields `r` sets, with the v1
+/// controller each needs.
 pub(super) fn controllers_of(r: &LinuxResources) -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
     if r.block_io().is_some() {
@@ -121,6 +99,8 @@ pub(super) fn controllers_of(r: &LinuxResources) -> Vec<(&'static str, &'static 
     out
 }
 
+/// runc allows the device nodes `linux.devices` makes, after the spec's own
+/// rules (libcgroups adds only its default set).
 pub(super) fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResources {
     let mut r = r.clone();
     if devices.is_empty() {
@@ -176,44 +156,53 @@ mod tests {
     }
 
     #[test]
-    fn split_hierarchies_take_devices_and_pids_and_refuse_limits_elsewhere() {
+    fn split_hierarchies_take_every_limit_at_its_own_path() {
         let root = tempfile::tempdir().unwrap();
-        let ms = fixture::hybrid_mounts(root.path());
-        let per = [("memory".to_string(), "/m/ct".to_string())].into();
+        let mut ms = fixture::hybrid_mounts(root.path());
+        for name in ["blkio", "hugetlb", "net_cls,net_prio"] {
+            let controllers = name.split(',').map(str::to_string).collect();
+            ms.push(Mount { dir: root.path().join(name), controllers, v2: false, options: name.into() });
+        }
+        let per = [("memory", "/m/ct"), ("blkio", "/b/ct"), ("hugetlb", "/h/ct"), ("net_cls,net_prio", "/n/ct")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
         let cg = Cgroup::open_with(root.path(), "/d/ct".into(), per, false, "ct", Layout::Hybrid, ms);
-        put(&root.path().join("pids/d/ct"), "pids.max", "");
-        put(&root.path().join("devices/d/ct"), "devices.deny", "");
+        let files = [
+            ("pids/d/ct", "pids.max"),
+            ("devices/d/ct", "devices.deny"),
+            ("memory/m/ct", "memory.limit_in_bytes"),
+            ("blkio/b/ct", "blkio.weight"),
+            ("blkio/b/ct", "blkio.weight_device"),
+            ("blkio/b/ct", "blkio.throttle.read_bps_device"),
+            ("hugetlb/h/ct", "hugetlb.2MB.limit_in_bytes"),
+            ("net_cls,net_prio/n/ct", "net_cls.classid"),
+            ("net_cls,net_prio/n/ct", "net_prio.ifpriomap"),
+        ];
+        for (dir, file) in files {
+            put(&root.path().join(dir), file, "");
+        }
         put(&root.path().join("devices/d/ct"), "devices.allow", "");
-        let mut r: LinuxResources = serde_json::from_value(serde_json::json!({
-            "devices": [{"allow": false, "access": "rwm"}], "pids": {"limit": 9}
+        let r: LinuxResources = serde_json::from_value(serde_json::json!({
+            "devices": [{"allow": false, "access": "rwm"}], "pids": {"limit": 9}, "memory": {"limit": 1048576},
+            "blockIO": {"weight": 100, "weightDevice": [{"major": 8, "minor": 0, "weight": 50}],
+                        "throttleReadBpsDevice": [{"major": 8, "minor": 0, "rate": 1048576}]},
+            "hugepageLimits": [{"pageSize": "2MB", "limit": 4194304}],
+            "network": {"classID": 1048577, "priorities": [{"name": "eth0", "priority": 5}]}
         }))
         .unwrap();
         cg.apply(&r, &[]).unwrap();
-        assert_eq!(read_trim(&root.path().join("pids/d/ct/pids.max")), "9");
-        assert_eq!(read_trim(&root.path().join("devices/d/ct/devices.deny")), "a *:* rwm");
-        r.set_memory(serde_json::from_value(serde_json::json!({"limit": 1048576})).unwrap());
-        put(&root.path().join("memory/m/ct"), "memory.limit_in_bytes", "");
-        cg.apply(&r, &[]).unwrap();
-        assert_eq!(
-            read_trim(&root.path().join("memory/m/ct/memory.limit_in_bytes")),
-            "1048576",
-            "memory at its own path"
+        let got = |dir: &str, file: &str| read_trim(&root.path().join(dir).join(file));
+        let want = ["9", "a *:* rwm", "1048576", "100", "8:0 50", "8:0 1048576", "4194304", "1048577", "eth0 5"];
+        for ((dir, file), want) in files.iter().zip(want) {
+            assert_eq!(got(dir, file), want, "{dir}/{file}");
+        }
+        // A page size is part of a file name: never a path.
+        let mut bad = r.clone();
+        bad.set_hugepage_limits(
+            serde_json::from_value(serde_json::json!([{"pageSize": "2MB/../../x", "limit": 1}])).unwrap(),
         );
-        let mut far = r.clone();
-        let blkio = serde_json::json!({"weight": 100});
-        far.set_block_io(Some(serde_json::from_value(blkio).unwrap()));
-        let per = [("blkio".to_string(), "/b/ct".to_string()), ("memory".to_string(), "/m/ct".to_string())].into();
-        let mut ms = fixture::hybrid_mounts(root.path());
-        let blkio = Mount {
-            dir: root.path().join("blkio"),
-            controllers: vec!["blkio".into()],
-            v2: false,
-            options: "blkio".into(),
-        };
-        ms.push(blkio);
-        let cg = Cgroup::open_with(root.path(), "/d/ct".into(), per, false, "ct", Layout::Hybrid, ms);
-        let e = cg.apply(&far, &[]).unwrap_err().to_string();
-        assert!(e.contains("linux.resources.blockIO") && e.contains("/b/ct") && e.contains("/d/ct"), "{e}");
+        let e = cg.apply(&bad, &[]).unwrap_err().to_string();
+        assert!(e.contains("linux.resources.hugepageLimits.pageSize"), "{e}");
     }
 
     #[test]

@@ -20,9 +20,9 @@
 //!   hierarchy. The path is resolved here first (see `path`) and handed
 //!   over absolute. Where the runtime's cgroups differ per hierarchy, so do
 //!   the container's ([`Cgroup::per`]); libcgroups' v1 manager takes one
-//!   path for all, so then this module writes device rules, pids, memory,
-//!   cpu and cpuset itself (`v1`, `apart`), and hands libcgroups only
-//!   limits whose controllers share the devices hierarchy's path (`limits`).
+//!   path for all, so then this module writes every limit itself, each at
+//!   its controller's path (`v1`: device rules and pids; `apart`: the
+//!   rest), as runc's fs driver does.
 //! * libcgroups' v2 manager makes the directory only when adding a task;
 //!   for `CLONE_INTO_CGROUP` it must exist (with its limits) before the
 //!   clone, so [`Cgroup::prepare`] makes it the same way.

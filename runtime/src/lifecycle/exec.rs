@@ -462,7 +462,8 @@ fn check_process(p: &Process) -> Result<()> {
 /// Reads a `--process` file: a full OCI Process object.
 pub fn load_process(path: &Path) -> Result<Process> {
     let bytes = std::fs::read(path).map_err(|e| RuntimeError::io("read process file", path, e))?;
-    serde_json::from_slice(&bytes).map_err(|e| RuntimeError::InvalidSpec(format!("parse {}: {e}", path.display())))
+    crate::spec::parse_compat(&bytes, crate::spec::PROCESS_FLAGS)
+        .map_err(|(e, _)| RuntimeError::InvalidSpec(format!("parse {}: {e}", path.display())))
 }
 
 /// Moves the runtime onto `process.execCPUAffinity.initial` for the clone,

@@ -5,8 +5,9 @@ use std::os::unix::net::UnixStream;
 
 use super::state::Status;
 use super::Container;
-use crate::error::{InitError, Result, RuntimeError};
+use crate::error::{Result, RuntimeError};
 use crate::hooks::{self, Kind};
+use crate::process::sync::StartReply;
 use crate::state::{CONFIG_FILE, START_SOCKET};
 
 impl Container {
@@ -46,14 +47,20 @@ impl Container {
         // writes why it could not.
         let mut reply = Vec::new();
         let _ = conn.read_to_end(&mut reply);
-        if !reply.is_empty() {
-            let err = serde_json::from_slice::<InitError>(&reply)
-                .unwrap_or_else(|_| InitError::msg(String::from_utf8_lossy(&reply).into_owned()));
-            return Err(RuntimeError::Init(err));
-        }
+        let status = match (!reply.is_empty()).then(|| StartReply::parse(&reply)) {
+            None => "running",
+            Some(StartReply::Failed(e)) => return Err(RuntimeError::Init(e)),
+            // runc's start, which its init told to go on before running
+            // these hooks, succeeds and runs poststart; the spec would
+            // fail it and skip them (tinyrun-oci(7), HOOKS).
+            Some(StartReply::HookFailed(e)) => {
+                crate::warn::warn(&format!("{e}; the container's process was not run"));
+                "stopped"
+            }
+        };
         // The spec: a failing poststart hook is logged as a warning and
         // the rest of the lifecycle goes on, as if it had succeeded.
-        let st = self.hook_state("running");
+        let st = self.hook_state(status);
         hooks::run_all_warn(hooks.as_ref(), Kind::Poststart, &st);
         Ok(())
     }

@@ -31,7 +31,7 @@ use nix::unistd::{Gid, Uid};
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
 use super::finalize::{self, ProcessConfig, Step};
-use super::sync::{self, Channel, Msg};
+use super::sync::{self, Channel, Msg, StartReply};
 use crate::error::InitError;
 use crate::hooks::{self, Kind};
 use crate::namespaces::{self, Plan};
@@ -328,9 +328,9 @@ pub(crate) fn hook_state(cfg: &InitConfig, pid: i32, status: &str) -> Vec<u8> {
 }
 
 /// Blocks until `start` connects, then runs startContainer hooks and execs.
-/// A failure is written back on the connection (as JSON, errno and all) so
-/// `start` can report it; on success the connection closes with execve (it
-/// is close-on-exec).
+/// A failure is written back on the connection (a [`StartReply`], errno and
+/// all) so `start` can report it; on success the connection closes with
+/// execve (it is close-on-exec).
 fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &finalize::Program) -> Step {
     // Only a `start` that says so releases us: a connection that closes
     // without the byte (a start killed half-way) is not a start.
@@ -343,13 +343,17 @@ fn wait_for_start_and_exec(cfg: &InitConfig, host_pid: i32, program: &finalize::
     };
     // Nobody else may start us, and no hook needs the listener.
     let _ = nix::unistd::close(cfg.start_listener.as_raw_fd());
-    let fail = |e: InitError| -> Step {
-        let _ = nix::unistd::write(&conn, &serde_json::to_vec(&e).unwrap_or_default());
-        sys::exit_child(127)
+    let reply = |r: StartReply, code: i32| -> Step {
+        let _ = nix::unistd::write(&conn, &serde_json::to_vec(&r).unwrap_or_default());
+        sys::exit_child(code)
     };
+    let fail = |e: InitError| reply(StartReply::Failed(e), 127);
     let st = hook_state(cfg, host_pid, "created");
     if let Err(e) = hooks::run_all_in_container(cfg.spec, Kind::StartContainer, &st, Some(program.env())) {
-        return fail(e);
+        // As runc's init: the error on the container's stderr, where its
+        // log collector finds it, and exit status 1.
+        let _ = nix::unistd::write(std::io::stderr(), format!("{e}\n").as_bytes());
+        return reply(StartReply::HookFailed(e), 1);
     }
     if let Some(agent) = cfg.agent_listener {
         // Started: `start` reads the end of the connection as success, as

@@ -175,6 +175,32 @@ impl Channel {
     }
 }
 
+/// What init writes on the connection `start` made to start.sock, when it
+/// does not simply exec (the connection then closes with execve: success).
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub(crate) enum StartReply {
+    /// The program could not be run: `start` fails with this.
+    Failed(InitError),
+    /// A startContainer hook failed: init exits without running the
+    /// program. As with runc, whose init runs these hooks after it has
+    /// told `start` to go on, `start` succeeds (with a warning) and runs
+    /// the poststart hooks; the container is then stopped.
+    HookFailed(InitError),
+}
+
+impl StartReply {
+    /// Reads a reply; bytes that are not one (an init of an older build
+    /// wrote the bare error) fail `start` with what they say.
+    pub(crate) fn parse(bytes: &[u8]) -> StartReply {
+        serde_json::from_slice(bytes).unwrap_or_else(|_| {
+            StartReply::Failed(
+                serde_json::from_slice::<InitError>(bytes)
+                    .unwrap_or_else(|_| InitError::msg(String::from_utf8_lossy(bytes).into_owned())),
+            )
+        })
+    }
+}
+
 /// A message that has no place at this point of the conversation.
 pub(crate) fn unexpected(got: &Msg, wanted: Option<&Msg>) -> InitError {
     let why = match wanted {
@@ -187,6 +213,16 @@ pub(crate) fn unexpected(got: &Msg, wanted: Option<&Msg>) -> InitError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_replies_round_trip_and_older_ones_still_fail() {
+        let err = InitError::other("startContainer hook #0 /bin/false", "exit status: 1").field("hooks.startContainer");
+        let bytes = serde_json::to_vec(&StartReply::HookFailed(err.clone())).unwrap();
+        assert_eq!(StartReply::parse(&bytes), StartReply::HookFailed(err.clone()));
+        let bare = serde_json::to_vec(&err).unwrap();
+        assert_eq!(StartReply::parse(&bare), StartReply::Failed(err));
+        assert!(matches!(StartReply::parse(b"garbled"), StartReply::Failed(_)));
+    }
 
     #[test]
     fn messages_cross_and_eof_is_none() {

@@ -20,6 +20,7 @@ mod tests;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
+use nix::fcntl::OFlag;
 use nix::mount::MsFlags;
 use oci_spec::runtime::Spec;
 
@@ -57,24 +58,14 @@ pub(crate) struct Options<'a> {
 /// cgroup namespace made) before the first cgroup mount, and in any case
 /// before returning.
 pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) -> Result<Tree> {
-    let linux = o.spec.linux().as_ref();
-    let prop = linux.and_then(|l| l.rootfs_propagation().as_deref()).filter(|p| !p.is_empty());
-    // Nothing mounted from here on may leak back to the host: every mount we
-    // copied is made a slave (or what rootfsPropagation asks, when that is
-    // private/slave). Shared and unbindable are applied after pivot_root,
-    // which refuses a shared parent.
-    let first = match prop.and_then(propagation_flag) {
-        Some(f) if f.intersects(MsFlags::MS_PRIVATE | MsFlags::MS_SLAVE) => f | MsFlags::MS_REC,
-        Some(_) | None => MsFlags::MS_SLAVE | MsFlags::MS_REC,
-    };
-    if prop.is_some() && prop.and_then(propagation_flag).is_none() {
-        let why = format!("unknown value {:?}", prop.unwrap_or_default());
-        return Err(InitError::other("set propagation", why).field("linux.rootfsPropagation"));
-    }
     let k = o.kernel;
     let rootfs = o.rootfs.to_str().ok_or_else(|| InitError::other("bind rootfs", "the path is not UTF-8"))?;
+    let first = first_propagation(o.spec)?;
     if o.own_mount_ns {
         k.mount_at(None, "/", None, first, None, "/")?;
+        if first.contains(MsFlags::MS_SHARED) {
+            make_holder_private(k, o.rootfs)?;
+        }
     }
     // pivot_root needs the new root to be a mount point; without a mount
     // namespace, it is what `delete` unmounts to take every mount away.
@@ -103,13 +94,56 @@ pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) ->
     Ok(root)
 }
 
+/// The propagation the mounts copied into the container's namespace get
+/// first. By default they become slaves: nothing mounted in the container
+/// leaks back to the host. `rootfsPropagation` private or slave is applied
+/// to the whole tree; shared as asked, as runc does: the copies stay peers
+/// of the host's mounts, so a bind of a shared host directory (an `rshared`
+/// bind, Kubernetes' Bidirectional) carries the container's mounts out and
+/// the host's in. Unbindable is applied only after pivot_root (a bind of
+/// the rootfs would refuse it), with shared again for the container's root.
+fn first_propagation(spec: &Spec) -> Result<MsFlags> {
+    let prop = spec.linux().as_ref().and_then(|l| l.rootfs_propagation().as_deref()).filter(|p| !p.is_empty());
+    let Some(prop) = prop else { return Ok(MsFlags::MS_SLAVE | MsFlags::MS_REC) };
+    let Some(flag) = propagation_flag(prop) else {
+        let why = format!("unknown value {prop:?}");
+        return Err(InitError::other("set propagation", why).field("linux.rootfsPropagation"));
+    };
+    Ok(if flag.intersects(MsFlags::MS_PRIVATE | MsFlags::MS_SLAVE) {
+        flag | MsFlags::MS_REC
+    } else if flag.contains(MsFlags::MS_SHARED) {
+        flag
+    } else {
+        MsFlags::MS_SLAVE | MsFlags::MS_REC
+    })
+}
+
+/// Makes the mount that holds `rootfs` (the rootfs itself when it is a
+/// mount point) private, that mount alone, as runc does under a shared
+/// root: the bind of the rootfs below would otherwise appear in the host's
+/// peers of that mount, and pivot_root refuses a shared parent. The mount
+/// is found by walking up: a propagation change on a path that is no mount
+/// point fails with EINVAL.
+fn make_holder_private(k: &dyn Kernel, rootfs: &Path) -> Result<()> {
+    let mut at = rootfs;
+    loop {
+        let shown = at.to_string_lossy();
+        match k.mount_at(None, &shown, None, MsFlags::MS_PRIVATE, None, &shown) {
+            Err(e) if e.errno() == Some(nix::errno::Errno::EINVAL) && at.parent().is_some() => {
+                at = at.parent().unwrap_or(Path::new("/"));
+            }
+            r => return r.map_err(|e| e.field("linux.rootfsPropagation")),
+        }
+    }
+}
+
 /// Writes `linux.sysctl` through the container's own /proc.
 pub(crate) fn apply_sysctl(root: &Tree, spec: &Spec) -> Result<()> {
     let Some(sysctl) = spec.linux().as_ref().and_then(|l| l.sysctl().as_ref()) else { return Ok(()) };
     for (k, v) in sysctl {
         let path = Path::new("/proc/sys").join(k.replace('.', "/"));
         let field = format!("linux.sysctl {k}");
-        let fd = root.open_in(&path, nix::fcntl::OFlag::O_WRONLY).map_err(|e| InitError::from(e).field(&field))?;
+        let fd = root.open_in(&path, OFlag::O_WRONLY).map_err(|e| InitError::from(e).field(&field))?;
         // A mount over /proc/sys (a config's, or the image's) must not take
         // the write somewhere else and let the setting silently not apply.
         let fs = nix::sys::statfs::fstatfs(&fd).map_err(|e| InitError::path("fstatfs", &path, e).field(&field))?;
@@ -145,12 +179,23 @@ pub(crate) fn enter(k: &dyn Kernel, root: Tree, spec: &Spec, no_pivot: bool, own
     if !own_mount_ns {
         k.chroot_here().map_err(|e| InitError::path("chroot", &rootfs, e))?;
     } else if no_pivot {
+        if shared_root(spec) {
+            // Moved onto a shared "/", the rootfs would appear on the
+            // host's "/" too (and on its every peer).
+            k.mount_at(None, "/", None, MsFlags::MS_PRIVATE, None, "/")
+                .map_err(|e| e.field("linux.rootfsPropagation"))?;
+        }
         k.mount_at(Some("."), "/", None, MsFlags::MS_MOVE, None, "/")?;
         k.chroot_here().map_err(|e| InitError::path("chroot", &rootfs, e))?;
     } else {
-        // pivot_root(".", ".") stacks the old root on top of the new one;
-        // unmounting "." then removes just the old root.
+        // pivot_root(".", ".") stacks the old root on top of the new one.
+        // The old root is made a slave (so its unmount does not reach the
+        // host) and unmounted from inside it: "." must name the old root,
+        // not the new one the cwd is still on, whose shared mounts (an
+        // `rshared` bind) would lose their host peers to that rslave.
+        let old = crate::sys::fs::open_path(Path::new("/"), OFlag::O_PATH | OFlag::O_DIRECTORY)?;
         k.pivot_root_here().map_err(|e| InitError::path("pivot_root", &rootfs, e))?;
+        k.fchdir(old.as_fd()).map_err(|e| InitError::value("chdir", "old root", e))?;
         k.mount_at(None, ".", None, MsFlags::MS_SLAVE | MsFlags::MS_REC, None, "old root")?;
         k.umount_detach(".").map_err(|e| InitError::value("unmount", "old root", e))?;
     }
@@ -164,7 +209,7 @@ pub(crate) fn enter(k: &dyn Kernel, root: Tree, spec: &Spec, no_pivot: bool, own
         }
     }
     if spec.root().as_ref().and_then(|r| r.readonly()).unwrap_or(false) {
-        let root_fd = crate::sys::fs::open_path(Path::new("/"), nix::fcntl::OFlag::O_PATH)?;
+        let root_fd = crate::sys::fs::open_path(Path::new("/"), OFlag::O_PATH)?;
         let locked = kernel::locked_flags(&root_fd);
         let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
         k.mount_at(None, "/", None, flags, None, "/").map_err(|e| e.field("root.readonly"))?;
@@ -175,6 +220,12 @@ pub(crate) fn enter(k: &dyn Kernel, root: Tree, spec: &Spec, no_pivot: bool, own
         }
     }
     Ok(())
+}
+
+/// Whether `rootfsPropagation` asks for shared mounts.
+fn shared_root(spec: &Spec) -> bool {
+    let prop = spec.linux().as_ref().and_then(|l| l.rootfs_propagation().as_deref());
+    prop.and_then(propagation_flag).is_some_and(|f| f.contains(MsFlags::MS_SHARED))
 }
 
 fn root_fd(root: &Tree) -> Result<std::os::fd::OwnedFd> {
@@ -239,7 +290,7 @@ pub(crate) fn detach_host_root(rootfs: &Path, mount_id: u64) -> std::result::Res
 pub(crate) fn replace_symlink(root: &Tree, path: &Path) -> Result<()> {
     let parent = path.parent().unwrap_or(Path::new("/"));
     let Some(name) = path.file_name() else { return Ok(()) };
-    let dir = match root.open_in(parent, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY) {
+    let dir = match root.open_in(parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
         Ok(d) => d,
         Err(e) if e.errno == nix::errno::Errno::ENOENT => return Ok(()),
         Err(e) => return Err(e.into()),

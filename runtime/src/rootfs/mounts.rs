@@ -91,12 +91,10 @@ fn ordinary_directory(root: &Tree, dest: &Path, typ: &str) -> Result<()> {
         Err(e) => return Err(e.into()),
     };
     match nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => Err(InitError::other(
-            "mount",
-            format!(
-                "filesystem {typ:?} must be mounted on an ordinary directory, and the image has something else there"
-            ),
-        )),
+        // runc's words, which callers match.
+        Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => {
+            Err(InitError::other("mount", format!("filesystem {typ:?} must be mounted on ordinary directory")))
+        }
         Ok(_) | Err(nix::errno::Errno::ENOENT) => Ok(()),
         Err(e) => Err(InitError::path("stat", dest, e)),
     }

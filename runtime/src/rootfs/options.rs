@@ -89,8 +89,8 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitErro
             m.flags = (m.flags | set) & !clear;
         } else if let Some(p) = propagation_flag(opt) {
             m.propagation.push(p);
-        } else if let Some((set, clear)) = recursive_attr(opt) {
-            m.recursive.add(set, clear);
+        } else if let Some((clear, flag)) = recursive_attr(opt) {
+            m.recursive.add(clear, flag);
         } else if opt == "idmap" || opt == "ridmap" {
             return Err(InitError::other(format!("mount option {opt:?}"), "id-mapped mounts are not supported"));
         } else if opt == "tmpcopyup" || opt == "notmpcopyup" {
@@ -104,16 +104,20 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitErro
 }
 
 impl Attrs {
-    /// Adds one recursive option's bits; a later option wins. The atime
-    /// mode is one field, replaced whole (the kernel wants all of it
-    /// cleared to change it).
-    fn add(&mut self, set: u64, clear: u64) {
-        if clear & ATIME == ATIME {
-            self.set = (self.set & !ATIME) | set;
-            self.clear |= ATIME;
+    /// Adds one recursive option, as runc adds it: its bit goes to `set`
+    /// (or `clear`) and leaves the other. An atime option also clears the
+    /// whole atime field, which the kernel wants cleared to change the
+    /// mode; relatime is the field's 0, so it adds no bit of its own.
+    fn add(&mut self, clear: bool, flag: u64) {
+        if clear {
+            self.clear |= flag;
+            self.set &= !flag;
         } else {
-            self.set = (self.set | set) & !clear;
-            self.clear = (self.clear | clear) & !set;
+            self.set |= flag;
+            self.clear &= !flag;
+        }
+        if flag & ATIME == flag {
+            self.clear |= ATIME;
         }
     }
 }
@@ -124,32 +128,37 @@ const NODEV: u64 = 0x4;
 const NOEXEC: u64 = 0x8;
 /// The atime field: RELATIME (0), NOATIME, STRICTATIME.
 const ATIME: u64 = 0x70;
+const RELATIME: u64 = 0;
 const NOATIME: u64 = 0x10;
 const STRICTATIME: u64 = 0x20;
 const NODIRATIME: u64 = 0x80;
 const NOSYMFOLLOW: u64 = 0x20_0000;
 
-/// The MOUNT_ATTR_* bits a recursive option sets and clears, as runc maps
-/// them. An atime option clears the whole atime field and sets its value:
-/// `rrelatime`, `ratime` and `rnostrictatime` ask for relatime (the
-/// kernel's default), `rnorelatime` for strictatime.
-fn recursive_attr(o: &str) -> Option<(u64, u64)> {
+/// The MOUNT_ATTR_* bit a recursive option clears (`true`) or sets, as
+/// runc maps them. Relatime is the atime field's 0: `rrelatime` and
+/// `rnorelatime` both just reset the field, so either leaves the mount
+/// relatime (runc's result), and `ratime` and `rnostrictatime` clear their
+/// bit and the field, which is relatime too.
+fn recursive_attr(o: &str) -> Option<(bool, u64)> {
     Some(match o {
-        "rro" => (RDONLY, 0),
-        "rrw" => (0, RDONLY),
-        "rnosuid" => (NOSUID, 0),
-        "rsuid" => (0, NOSUID),
-        "rnodev" => (NODEV, 0),
-        "rdev" => (0, NODEV),
-        "rnoexec" => (NOEXEC, 0),
-        "rexec" => (0, NOEXEC),
-        "rnodiratime" => (NODIRATIME, 0),
-        "rdiratime" => (0, NODIRATIME),
-        "rrelatime" | "ratime" | "rnostrictatime" => (0, ATIME),
-        "rnoatime" => (NOATIME, ATIME),
-        "rstrictatime" | "rnorelatime" => (STRICTATIME, ATIME),
-        "rnosymfollow" => (NOSYMFOLLOW, 0),
-        "rsymfollow" => (0, NOSYMFOLLOW),
+        "rro" => (false, RDONLY),
+        "rrw" => (true, RDONLY),
+        "rnosuid" => (false, NOSUID),
+        "rsuid" => (true, NOSUID),
+        "rnodev" => (false, NODEV),
+        "rdev" => (true, NODEV),
+        "rnoexec" => (false, NOEXEC),
+        "rexec" => (true, NOEXEC),
+        "rnodiratime" => (false, NODIRATIME),
+        "rdiratime" => (true, NODIRATIME),
+        "rrelatime" => (false, RELATIME),
+        "rnorelatime" => (true, RELATIME),
+        "rnoatime" => (false, NOATIME),
+        "ratime" => (true, NOATIME),
+        "rstrictatime" => (false, STRICTATIME),
+        "rnostrictatime" => (true, STRICTATIME),
+        "rnosymfollow" => (false, NOSYMFOLLOW),
+        "rsymfollow" => (true, NOSYMFOLLOW),
         _ => return None,
     })
 }
@@ -207,8 +216,15 @@ mod tests {
         assert_eq!(m.recursive, Attrs { set: 0, clear: RDONLY }, "the later option wins");
         let m = parse_options(&opts(&["rnoatime"])).unwrap();
         assert_eq!(m.recursive, Attrs { set: NOATIME, clear: ATIME });
+        for relatime in ["rnorelatime", "rrelatime", "ratime", "rnostrictatime"] {
+            let m = parse_options(&opts(&[relatime])).unwrap();
+            assert_eq!(m.recursive.set & ATIME, 0, "{relatime} leaves the mount relatime, as runc does");
+            assert_eq!(m.recursive.clear & ATIME, ATIME, "{relatime} resets the atime field");
+        }
         let m = parse_options(&opts(&["rnoatime", "rrelatime"])).unwrap();
-        assert_eq!(m.recursive, Attrs { set: 0, clear: ATIME }, "relatime is the atime field's 0");
+        assert_eq!(m.recursive, Attrs { set: NOATIME, clear: ATIME }, "relatime adds no bit: runc keeps noatime");
+        let m = parse_options(&opts(&["rnoatime", "ratime"])).unwrap();
+        assert_eq!(m.recursive, Attrs { set: 0, clear: ATIME | NOATIME }, "ratime takes noatime back");
         let m = parse_options(&opts(&["rstrictatime", "rnosymfollow"])).unwrap();
         assert_eq!(m.recursive, Attrs { set: STRICTATIME | NOSYMFOLLOW, clear: ATIME });
     }

@@ -137,8 +137,9 @@ fn the_sequence_runs_in_spec_order() {
     assert_eq!(made, ["null", "zero", "full", "random", "urandom", "tty"]);
     let pivot = calls.iter().position(|c| *c == Call::PivotRoot).unwrap();
     assert_eq!(calls[pivot - 1], Call::Fchdir, "pivot_root(\".\", \".\") from inside the new root");
-    assert_eq!(calls[pivot + 2], Call::Umount(".".into()), "the old root goes right after");
-    assert_eq!(calls[pivot + 3], Call::Chdir("/".into()));
+    assert_eq!(calls[pivot + 1], Call::Fchdir, "into the old root, opened before the pivot");
+    assert_eq!(calls[pivot + 3], Call::Umount(".".into()), "the old root goes right after");
+    assert_eq!(calls[pivot + 4], Call::Chdir("/".into()));
     let last = mount_flags(&k, "/").pop().unwrap();
     assert!(last.contains(MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY), "{last:?}");
 }
@@ -171,10 +172,48 @@ fn without_pivot_root_the_root_is_moved_and_chrooted() {
     assert!(!calls.contains(&Call::PivotRoot));
     let chroot = calls.iter().position(|c| *c == Call::Chroot).unwrap();
     assert!(matches!(&calls[chroot - 1], Call::Mount { flags, .. } if flags.contains(MsFlags::MS_MOVE)));
-    // Shared propagation only once inside the new root (pivot_root and
-    // MS_MOVE refuse a shared parent), and slave before it.
-    assert_eq!(mount_flags(&k, "/").first(), Some(&(MsFlags::MS_SLAVE | MsFlags::MS_REC)));
-    assert_eq!(mount_flags(&k, "/").last(), Some(&(MsFlags::MS_SHARED | MsFlags::MS_REC)));
+    // Shared as asked from the start (mounts copied from the host stay its
+    // peers), the rootfs's own mount private before it is bound, and "/"
+    // private before the rootfs is moved onto it: neither may show up on
+    // the host. Shared again once inside.
+    let flags = mount_flags(&k, "/");
+    assert_eq!(flags.first(), Some(&MsFlags::MS_SHARED));
+    let rootfs = w.rootfs.to_str().unwrap();
+    assert_eq!(mount_flags(&k, rootfs)[..2], [MsFlags::MS_PRIVATE, MsFlags::MS_BIND | MsFlags::MS_REC]);
+    let moved = calls.iter().position(|c| matches!(c, Call::Mount { flags, .. } if flags.contains(MsFlags::MS_MOVE)));
+    assert!(matches!(&calls[moved.unwrap() - 1], Call::Mount { dst, flags, .. }
+        if dst == "/" && *flags == MsFlags::MS_PRIVATE));
+    assert_eq!(flags.last(), Some(&(MsFlags::MS_SHARED | MsFlags::MS_REC)));
+}
+
+/// `rootfsPropagation: rshared` (what containerd sets for a Bidirectional
+/// mount): the tree stays shared with the host's, the rootfs's own mount is
+/// made private before its bind, and after pivot_root the root is rshared.
+#[test]
+fn rshared_keeps_host_peers_and_cuts_off_the_rootfs_mount() {
+    let w = world(serde_json::json!({"linux": {"rootfsPropagation": "rshared"}}));
+    let k = Fake { read_only: true, ..Fake::default() };
+    run(&w, &k, false, false).unwrap();
+    let rootfs = w.rootfs.to_str().unwrap().to_string();
+    assert_eq!(k.mounted()[..3], ["/".to_string(), rootfs.clone(), rootfs.clone()]);
+    let rshared = MsFlags::MS_SHARED | MsFlags::MS_REC;
+    assert_eq!(mount_flags(&k, "/")[0], rshared, "no slave step: the host's peers stay peers");
+    assert_eq!(mount_flags(&k, &rootfs), [MsFlags::MS_PRIVATE, MsFlags::MS_BIND | MsFlags::MS_REC]);
+    let calls = k.calls.borrow().clone();
+    let pivot = calls.iter().position(|c| *c == Call::PivotRoot).unwrap();
+    let after: Vec<MsFlags> = calls[pivot..]
+        .iter()
+        .filter_map(|c| match c {
+            Call::Mount { dst, flags, .. } if dst == "/" => Some(*flags),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(after[0], rshared, "the container's root is made rshared once it is /");
+    // The default stays a recursive slave, with no private step.
+    let w = world(serde_json::json!({}));
+    let k = Fake { read_only: true, ..Fake::default() };
+    run(&w, &k, false, false).unwrap();
+    assert_eq!(mount_flags(&k, w.rootfs.to_str().unwrap()), [MsFlags::MS_BIND | MsFlags::MS_REC]);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! at most once, user mappings present exactly when a new user namespace is
 //! asked for, and no field set that tinyrun would otherwise ignore.
 
+mod compat;
 mod default;
 mod validate;
 
@@ -16,6 +17,7 @@ use oci_spec::runtime::Spec;
 
 use crate::error::{Result, RuntimeError};
 
+pub(crate) use compat::{parse as parse_compat, PROCESS_FLAGS};
 pub use default::default_spec;
 pub(crate) use validate::validate;
 
@@ -67,8 +69,8 @@ pub fn load(bundle: &Path) -> Result<Bundle> {
     let dir = std::fs::canonicalize(bundle).map_err(|e| RuntimeError::io("open bundle", bundle, e))?;
     let config = dir.join("config.json");
     let bytes = std::fs::read(&config).map_err(|e| RuntimeError::io("read", &config, e))?;
-    let mut spec: Spec = serde_json::from_slice(&bytes).map_err(|e| {
-        let why = crate::seccomp::diagnose(&bytes).unwrap_or_else(|| with_field(&bytes, e));
+    let mut spec: Spec = compat::parse(&bytes, compat::CONFIG_FLAGS).map_err(|(e, parsed)| {
+        let why = crate::seccomp::diagnose(&parsed).unwrap_or_else(|| with_field(&parsed, e));
         RuntimeError::InvalidSpec(format!("parse {}: {why}", config.display()))
     })?;
     let root = spec
