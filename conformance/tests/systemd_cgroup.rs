@@ -185,15 +185,23 @@ fn a_container_is_a_scope_with_its_limits() {
             ("TasksMax", "20".into()),
             ("CPUQuotaPerSecUSec", "500ms".into()),
             ("Delegate", "yes".into()),
-            ("CPUWeight", "39".into()),
+            ("CPUWeight", "100".into()),
         ];
         for (k, v) in want {
+            // runc before 1.3.2 maps 1024 shares to weight 39 (linear), not to the default.
+            if rt.is_runc() && k == "CPUWeight" && shown.get(k).map(String::as_str) == Some("39") {
+                eprintln!("runc before 1.3.2: CPUWeight 39 for 1024 shares");
+                continue;
+            }
             assert_eq!(shown.get(k), Some(&v), "systemctl show {}: {k}: {shown:?}", unit.name);
         }
         assert_eq!(unit.file("memory.max"), "67108864");
         assert_eq!(unit.file("pids.max"), "20");
         assert_eq!(unit.file("cpu.max"), "50000 100000");
-        assert_eq!(unit.file("cpu.weight"), "39", "shares 1024 as runc converts them");
+        let weight = unit.file("cpu.weight");
+        if !(rt.is_runc() && weight == "39") {
+            assert_eq!(weight, "100", "1024 shares, the default, are the default weight");
+        }
         let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("/proc/PID/cgroup");
         assert_eq!(own.trim(), format!("0::/system.slice/{}", unit.name), "init is in the scope");
         assert!(unit.file("cgroup.procs").lines().any(|l| l == pid.to_string()), "cgroup.procs lists init");
@@ -210,10 +218,17 @@ fn update_changes_the_unit_and_the_cgroup() {
     timed("update", &rt, || {
         let (b, unit) = bundle(&rt, &["sleep", "600"], LIMITS());
         start(&rt, &b);
-        sd(&rt, &["update", "--memory", "33554432", "--pids-limit", "30", &b.id]).expect_ok("update");
-        let shown = unit.show(&["MemoryMax", "TasksMax"]);
+        let args = ["update", "--memory", "33554432", "--pids-limit", "30", "--cpu-share", "2048", &b.id];
+        sd(&rt, &args).expect_ok("update");
+        let shown = unit.show(&["MemoryMax", "TasksMax", "CPUWeight"]);
         assert_eq!(shown.get("MemoryMax").map(String::as_str), Some("33554432"), "{shown:?}");
         assert_eq!(shown.get("TasksMax").map(String::as_str), Some("30"), "{shown:?}");
+        // 2048 shares: 174 by runc 1.3.2's mapping, 79 by the linear one before it.
+        let weight = unit.file("cpu.weight");
+        assert_eq!(shown.get("CPUWeight"), Some(&weight), "the unit and the file agree: {shown:?}");
+        if !(rt.is_runc() && weight == "79") {
+            assert_eq!(weight, "174", "2048 shares");
+        }
         assert_eq!(unit.file("memory.max"), "33554432");
         assert_eq!(unit.file("pids.max"), "30");
         assert_eq!(unit.file("cpu.max"), "50000 100000", "what update did not name stays");

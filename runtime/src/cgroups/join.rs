@@ -104,7 +104,7 @@ impl Cgroup {
             // cgroup, as runc does, for the limits written next.
             self.start_unit(pid, r, devices)?;
             make_v2_dirs(&self.root, Path::new(self.rel()))?;
-            return self.apply(&super::systemd::for_files(r), devices);
+            return self.apply(r, devices);
         }
         self.add(pid)?;
         if !self.prepared.get() {

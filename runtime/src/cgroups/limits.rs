@@ -67,7 +67,7 @@ impl Cgroup {
     pub(crate) fn update(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
         if self.systemd {
             self.set_unit_properties(r, devices)?;
-            return self.apply(&super::systemd::for_files(r), devices);
+            return self.apply(r, devices);
         }
         if self.layout == Layout::Unified {
             return self.apply(r, devices);

@@ -131,19 +131,6 @@ fn check_started(bus: &mut Bus, unit: &Unit) -> Result<(), SdError> {
     Ok(())
 }
 
-/// What is left of `r` for the cgroup's files once systemd has the
-/// properties: all of it (as runc writes it), but `cpu.shares`. libcgroups
-/// turns shares into cpu.weight by a newer formula than the CPUWeight runc
-/// gives systemd (1024 shares: 100, not 39); the file keeps systemd's.
-pub(super) fn for_files(r: &LinuxResources) -> LinuxResources {
-    let mut r = r.clone();
-    if let Some(mut cpu) = r.cpu().clone().filter(|c| c.shares().is_some()) {
-        cpu.set_shares(None);
-        r.set_cpu(Some(cpu));
-    }
-    r
-}
-
 /// The limits and device rules as properties. The device rules are the
 /// ones the cgroup's own filter applies, in its order: the spec's, the
 /// allowances for `linux.devices`, then the default set.
@@ -178,16 +165,6 @@ fn base_props(unit: &Unit, id: &str, pid: Pid) -> Result<Vec<Prop>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_files_get_all_but_the_shares() {
-        use oci_spec::runtime::{LinuxCpuBuilder, LinuxResourcesBuilder};
-        let cpu = LinuxCpuBuilder::default().shares(512u64).quota(1000i64).build().unwrap();
-        let r = LinuxResourcesBuilder::default().cpu(cpu).build().unwrap();
-        let files = for_files(&r);
-        let c = files.cpu().as_ref().unwrap();
-        assert_eq!((c.shares(), c.quota()), (None, Some(1000)));
-    }
 
     #[test]
     fn a_scope_takes_init_and_delegation_and_a_slice_wants_its_parent() {

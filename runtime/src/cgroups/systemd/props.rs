@@ -96,9 +96,15 @@ fn swap_max(swap: i64, memory: i64) -> Result<i64, String> {
     Ok(swap - memory)
 }
 
-/// cpu.shares (2..262144) to CPUWeight (1..10000), as runc converts.
-pub(super) fn cpu_weight(shares: u64) -> u64 {
-    1 + (shares.clamp(2, 262_144) - 2) * 9999 / 262_142
+/// cpu.shares (2..262144) to CPUWeight (1..10000) by the mapping of runc
+/// 1.3.2 and later, the one libcgroups writes to cpu.weight: a quadratic in
+/// log2(shares) through (2, 1), (1024, 100) and (262144, 10000), so the
+/// default share is systemd's default weight. The older linear map gave
+/// 1024 shares 39, less than any service left at the default.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "clamped to a whole number in 1..10000")]
+fn cpu_weight(shares: u64) -> u64 {
+    let l = (shares.clamp(2, 262_144) as f64).log2();
+    10f64.powf((l * l + 125.0 * l) / 612.0 - 7.0 / 34.0).ceil().clamp(1.0, 10_000.0) as u64
 }
 
 /// blkio weight (10..1000) to IOWeight (1..10000), as runc converts.
@@ -175,14 +181,15 @@ mod tests {
         assert_eq!(get(&p, "TasksMax"), &Value::U64(20));
         assert_eq!(get(&p, "CPUQuotaPerSecUSec"), &Value::U64(500_000));
         assert_eq!(get(&p, "CPUQuotaPeriodUSec"), &Value::U64(100_000));
-        assert_eq!(get(&p, "CPUWeight"), &Value::U64(39));
+        assert_eq!(get(&p, "CPUWeight"), &Value::U64(100));
         assert_eq!(get(&p, "AllowedCPUs"), &Value::Bytes(vec![0b1011]));
         assert!(!names(&p).contains(&"MemoryLow"), "no reservation, no MemoryLow");
     }
 
     #[test]
     fn conversions_follow_runc() {
-        assert_eq!((cpu_weight(2), cpu_weight(1024), cpu_weight(262_144)), (1, 39, 10_000));
+        let weights = [1, 2, 512, 1024, 2048, 262_144, 1 << 20].map(cpu_weight);
+        assert_eq!(weights, [1, 1, 59, 100, 174, 10_000, 10_000], "runc 1.3.2's mapping, clamped");
         assert_eq!((io_weight(10), io_weight(500), io_weight(1000)), (1, 4950, 10_000));
         assert_eq!(quota_per_sec(12_345, 100_000), 130_000, "rounded up to whole percent");
         assert_eq!(quota_per_sec(-1, 100_000), INFINITY);
