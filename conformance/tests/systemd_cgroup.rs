@@ -544,3 +544,31 @@ fn no_thread_of_the_bus_outlives_the_scope_start() {
         rt.assert_nothing_left(&b.id);
     });
 }
+
+/// A bus that takes the connection and never answers must not hang `create`: the runtime gives
+/// up on it at its deadline (25 s) and, as root, reaches systemd on its private socket, runc's
+/// fallback when no bus daemon answers. Nothing here accepts: the kernel queues the connection,
+/// and the runtime's first byte of authentication is never answered.
+#[test]
+fn a_bus_that_never_answers_is_given_up_at_its_deadline() {
+    require_systemd!();
+    let rt = Runtime::new("sd_hung_bus");
+    if rt.is_runc() {
+        skip!("runc's connection to the bus has no deadline");
+    }
+    timed("hung_bus", &rt, || {
+        let sock = rt.tempdir().join("bus");
+        let _silent = std::os::unix::net::UnixListener::bind(&sock).expect("bind the silent bus");
+        let (b, unit) = bundle(&rt, &["sleep", "600"], json!({"pids": {"limit": 10}}));
+        let mut cmd = rt.command(&["--systemd-cgroup", "create", "--bundle", b.path(), &b.id]);
+        cmd.env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", sock.display()));
+        let t = Instant::now();
+        rt.output(cmd).expect_ok("create with a system bus that never answers");
+        let took = t.elapsed();
+        assert!(took >= Duration::from_secs(20) && took < Duration::from_secs(60), "create took {took:?}");
+        assert!(unit.loaded() && unit.cgroup().is_dir(), "{} made through systemd's own socket", unit.name);
+        sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
+        unit.assert_gone();
+        rt.assert_nothing_left(&b.id);
+    });
+}
