@@ -565,7 +565,7 @@ fn a_bus_that_never_answers_is_given_up_at_its_deadline() {
         let t = Instant::now();
         rt.output(cmd).expect_ok("create with a system bus that never answers");
         let took = t.elapsed();
-        assert!(took >= Duration::from_secs(20) && took < Duration::from_secs(60), "create took {took:?}");
+        assert!(took >= Duration::from_secs(20) && took < Duration::from_secs(100), "create took {took:?}");
         assert!(unit.loaded() && unit.cgroup().is_dir(), "{} made through systemd's own socket", unit.name);
         sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
         unit.assert_gone();
