@@ -48,8 +48,9 @@ pub(crate) struct Cli {
     /// enable debug logging
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub debug: bool,
-    /// enable systemd cgroup support: each container is a transient scope unit (needs systemd as PID 1 on
-    /// cgroup v2); cgroupsPath is then "slice:prefix:name"
+    /// enable systemd cgroup support: each container is a transient scope unit (a slice for a name ending in
+    /// ".slice") of systemd, or of the caller's own systemd when rootless (needs systemd as PID 1 on cgroup
+    /// v2); cgroupsPath is then "slice:prefix:name"
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub systemd_cgroup: bool,
     /// ignored: accepted because callers still pass it

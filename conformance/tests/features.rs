@@ -63,7 +63,7 @@ fn document_shape() {
         return;
     }
     assert_eq!(linux["cgroup"]["systemd"], true, "the systemd driver (--systemd-cgroup): {v}");
-    assert_eq!(linux["cgroup"]["systemdUser"], false, "no user-manager driver: {v}");
+    assert_eq!(linux["cgroup"]["systemdUser"], true, "the user-manager driver (rootless --systemd-cgroup): {v}");
     assert_eq!(linux["mountExtensions"]["idmap"]["enabled"], false, "no id-mapped mounts: {v}");
     assert!(!opts.contains(&"idmap"), "idmap is refused by tinyrun, must not be listed: {v}");
     let policy = &linux["memoryPolicy"];

@@ -3,8 +3,10 @@
 //! `prefix-name.scope` in the slice, holding the container's processes, its limits visible both
 //! to systemd (`systemctl show`) and in the scope's cgroup files; `update` changes both; `pause`,
 //! `resume`, `kill` and `state` work on the scope; `delete` leaves neither unit nor cgroup. The
-//! device rules hold when systemd re-applies the unit's properties; a failed unit left over with
-//! the container's name is replaced; a name ending in `.slice` fails, as it does with runc.
+//! device rules are the unit's `DevicePolicy`/`DeviceAllow` and hold when systemd re-applies the
+//! unit's properties; a failed unit left over with the container's name is replaced; a name
+//! ending in `.slice` makes a slice for the container; a rootless caller's container is a unit of
+//! its own systemd (`systemd_user`).
 //!
 //! These need systemd as PID 1 on cgroup v2: `conformance/run-systemd-tests` runs them in such a
 //! guest, once for tinyrun and once for runc (`TINYRUN_BIN=/usr/sbin/runc`) as the reference.
@@ -30,7 +32,7 @@ fn systemd_runs() -> bool {
 macro_rules! require_systemd {
     () => {
         require_root!();
-        if !systemd_runs() {
+        if !crate::systemd_runs() {
             assert!(
                 std::env::var("TINYRUN_REQUIRE_SYSTEMD").as_deref() != Ok("1"),
                 "TINYRUN_REQUIRE_SYSTEMD=1, but systemd is not running here (no /run/systemd/system)"
@@ -39,6 +41,8 @@ macro_rules! require_systemd {
         }
     };
 }
+
+mod systemd_user;
 
 /// The container's transient unit; on drop (a failed test) stopped, which kills what it holds and
 /// removes its cgroup.
@@ -68,8 +72,20 @@ impl Unit {
         text.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    /// Whether systemd still has the unit loaded.
+    /// Every value `systemctl show` prints for `prop` (an array property prints one line each).
+    fn show_all(&self, prop: &str) -> Vec<String> {
+        let out = Command::new("systemctl").args(["show", &self.name, "-p", prop]).output().expect("systemctl show");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let want = format!("{prop}=");
+        text.lines().filter_map(|l| l.strip_prefix(&want)).filter(|v| !v.is_empty()).map(str::to_string).collect()
+    }
+
+    /// Whether systemd still has the unit loaded. systemd loads any slice on request, with a unit
+    /// file or none (so asking loads it): a slice counts as long as it is not inactive.
     fn loaded(&self) -> bool {
+        if self.name.ends_with(".slice") {
+            return self.show(&["ActiveState"]).get("ActiveState").is_some_and(|s| s != "inactive");
+        }
         self.show(&["LoadState"]).get("LoadState").is_some_and(|s| s == "loaded")
     }
 
@@ -80,7 +96,7 @@ impl Unit {
         while (self.loaded() || self.cgroup().exists()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(!self.loaded(), "unit {} still loaded: {:?}", self.name, self.show(&["ActiveState", "SubState"]));
+        assert!(!self.loaded(), "unit {} still there: {:?}", self.name, self.show(&["ActiveState", "SubState"]));
         assert!(!self.cgroup().exists(), "cgroup {} left behind", self.cgroup().display());
     }
 }
@@ -169,15 +185,23 @@ fn a_container_is_a_scope_with_its_limits() {
             ("TasksMax", "20".into()),
             ("CPUQuotaPerSecUSec", "500ms".into()),
             ("Delegate", "yes".into()),
-            ("CPUWeight", "39".into()),
+            ("CPUWeight", "100".into()),
         ];
         for (k, v) in want {
+            // runc before 1.3.2 maps 1024 shares to weight 39 (linear), not to the default.
+            if rt.is_runc() && k == "CPUWeight" && shown.get(k).map(String::as_str) == Some("39") {
+                eprintln!("runc before 1.3.2: CPUWeight 39 for 1024 shares");
+                continue;
+            }
             assert_eq!(shown.get(k), Some(&v), "systemctl show {}: {k}: {shown:?}", unit.name);
         }
         assert_eq!(unit.file("memory.max"), "67108864");
         assert_eq!(unit.file("pids.max"), "20");
         assert_eq!(unit.file("cpu.max"), "50000 100000");
-        assert_eq!(unit.file("cpu.weight"), "39", "shares 1024 as runc converts them");
+        let weight = unit.file("cpu.weight");
+        if !(rt.is_runc() && weight == "39") {
+            assert_eq!(weight, "100", "1024 shares, the default, are the default weight");
+        }
         let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("/proc/PID/cgroup");
         assert_eq!(own.trim(), format!("0::/system.slice/{}", unit.name), "init is in the scope");
         assert!(unit.file("cgroup.procs").lines().any(|l| l == pid.to_string()), "cgroup.procs lists init");
@@ -194,10 +218,17 @@ fn update_changes_the_unit_and_the_cgroup() {
     timed("update", &rt, || {
         let (b, unit) = bundle(&rt, &["sleep", "600"], LIMITS());
         start(&rt, &b);
-        sd(&rt, &["update", "--memory", "33554432", "--pids-limit", "30", &b.id]).expect_ok("update");
-        let shown = unit.show(&["MemoryMax", "TasksMax"]);
+        let args = ["update", "--memory", "33554432", "--pids-limit", "30", "--cpu-share", "2048", &b.id];
+        sd(&rt, &args).expect_ok("update");
+        let shown = unit.show(&["MemoryMax", "TasksMax", "CPUWeight"]);
         assert_eq!(shown.get("MemoryMax").map(String::as_str), Some("33554432"), "{shown:?}");
         assert_eq!(shown.get("TasksMax").map(String::as_str), Some("30"), "{shown:?}");
+        // 2048 shares: 174 by runc 1.3.2's mapping, 79 by the linear one before it.
+        let weight = unit.file("cpu.weight");
+        assert_eq!(shown.get("CPUWeight"), Some(&weight), "the unit and the file agree: {shown:?}");
+        if !(rt.is_runc() && weight == "79") {
+            assert_eq!(weight, "174", "2048 shares");
+        }
         assert_eq!(unit.file("memory.max"), "33554432");
         assert_eq!(unit.file("pids.max"), "30");
         assert_eq!(unit.file("cpu.max"), "50000 100000", "what update did not name stays");
@@ -276,43 +307,74 @@ fn no_systemd_fails_naming_it_and_leaves_nothing() {
     assert!(stray.is_empty(), "cgroup left behind: {stray:?}");
 }
 
-/// A cgroupsPath whose name ends in ".slice" names a slice unit for the container itself (runc's
-/// reading). systemd puts no process straight into a slice, so runc's request for it fails
-/// ("Cannot set property PIDs"); the runtime must fail too, naming the slice, and leave neither
-/// state, process, unit nor cgroup behind.
+/// A cgroupsPath whose name ends in ".slice" asks for a slice unit of that name for the
+/// container, wanting the slice the path names (runc's reading). The runtime makes the slice with
+/// the limits as its properties and puts init in its cgroup; `delete` leaves nothing. runc asks
+/// systemd for the slice with init in it (`PIDs=`), which systemd refuses for a slice, so its
+/// create fails there; that is checked as known. A slice that would not sit inside the named one
+/// (systemd places a slice by the dashes of its name) is refused before anything is made.
 #[test]
-fn a_slice_name_fails_naming_the_slice_and_leaves_nothing() {
+fn a_slice_name_makes_a_slice_holding_the_container() {
     require_systemd!();
     let rt = Runtime::new("sd_slice");
-    timed("slice_name", &rt, || {
+    timed("slice_unit", &rt, || {
         let b = rt.bundle(&["sleep", "600"]);
         let slice = format!("system-{}.slice", b.id.replace('-', "_"));
-        b.config_mut(|c| c["linux"]["cgroupsPath"] = format!("system.slice:tinyrun:{slice}").into());
-        let o = sd(&rt, &["create", "--bundle", b.path(), &b.id]).expect_err("create with a slice as the name");
-        assert!(o.stderr.contains(&slice), "the error names the slice unit {slice}:\n{o}");
+        b.config_mut(|c| {
+            c["linux"]["cgroupsPath"] = format!("system.slice:tinyrun:{slice}").into();
+            c["linux"]["resources"] = json!({"pids": {"limit": 20}, "memory": {"limit": 67_108_864}});
+        });
         let unit = Unit { name: slice.clone() };
-        let shown = unit.show(&["ActiveState"]);
-        assert_ne!(shown.get("ActiveState").map(String::as_str), Some("active"), "{slice}: {shown:?}");
-        for dir in [format!("/sys/fs/cgroup/{slice}"), format!("/sys/fs/cgroup/system.slice/{slice}")] {
-            assert!(!Path::new(&dir).exists(), "{dir} left behind");
+        let o = sd(&rt, &["create", "--bundle", b.path(), &b.id]);
+        if rt.is_runc() && !o.ok() {
+            assert!(o.stderr.contains("PIDs"), "runc's create fails on the slice's PIDs=:\n{o}");
+            eprintln!("KNOWN: runc asks for the slice with init in it, which systemd refuses");
+            assert_ne!(unit.show(&["ActiveState"]).get("ActiveState").map(String::as_str), Some("active"));
+            rt.assert_nothing_left(&b.id);
+            return;
         }
+        let o = o.expect_ok("create with a slice as the name");
+        sd(&rt, &["start", &b.id]).expect_ok("start");
+        let pid = rt.wait_status(&b.id, "running")["pid"].as_i64().expect("state.pid");
+        let shown = unit.show(&["ActiveState", "ControlGroup", "Wants", "TasksMax", "MemoryMax"]);
+        let want = [
+            ("ActiveState", "active".to_string()),
+            ("ControlGroup", format!("/system.slice/{slice}")),
+            ("Wants", "system.slice".into()),
+            ("TasksMax", "20".into()),
+            ("MemoryMax", "67108864".into()),
+        ];
+        for (k, v) in want {
+            assert_eq!(shown.get(k), Some(&v), "systemctl show {slice}: {k}: {shown:?}\n{o}");
+        }
+        assert_eq!(unit.file("pids.max"), "20");
+        let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("/proc/PID/cgroup");
+        assert_eq!(own.trim(), format!("0::/system.slice/{slice}"), "init is in the slice's cgroup");
+        sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
+        unit.assert_gone();
+        rt.assert_nothing_left(&b.id);
+        if rt.is_runc() {
+            return;
+        }
+        let b = rt.bundle(&["sleep", "600"]);
+        let elsewhere = format!("tinyrun_{}.slice", b.id.replace('-', "_"));
+        b.config_mut(|c| c["linux"]["cgroupsPath"] = format!("system.slice:tinyrun:{elsewhere}").into());
+        let o = sd(&rt, &["create", "--bundle", b.path(), &b.id]).expect_err("a slice outside the named slice");
+        assert!(o.stderr.contains(&elsewhere) && o.stderr.contains("not inside"), "the error names both:\n{o}");
+        assert!(!Path::new(&format!("/sys/fs/cgroup/{elsewhere}")).exists(), "{elsewhere} made");
         rt.assert_nothing_left(&b.id);
     });
 }
 
-/// Whether a process in the container can open a device the config denies: /dev/kmsg's
-/// numbers (c 1:11, not among the default devices), as a node the host makes in the container's
-/// /dev (mknod itself the default rules allow, as runc's do).
+/// A device the config denies stays denied: /dev/fuse's numbers (c 10:229, not among the default
+/// devices), as a node the host makes in the container's /dev (mknod itself the default rules
+/// allow, as runc's do), neither read nor written (only a device filter says "Operation not
+/// permitted" there; /dev/kmsg, which this used, refuses a read by itself under dmesg_restrict).
 fn device_probe(rt: &Runtime, b: &Bundle, pid: i32, when: &str) {
-    let node = format!("/proc/{pid}/root/dev/tinyrun-probe");
-    let _ = std::fs::remove_file(&node);
-    let st = Command::new("mknod").args([&node, "c", "1", "11"]).status().expect("mknod on the host");
-    assert!(st.success(), "mknod {node}");
-    let script = "true < /dev/tinyrun-probe && echo OPEN-ALLOWED; true";
-    let o = sd(rt, &["exec", &b.id, "sh", "-c", script]);
-    let _ = std::fs::remove_file(&node);
-    assert!(o.ok() && !o.stdout.contains("ALLOWED"), "{when}: a denied device opens:\n{o}");
-    assert!(o.stderr.contains("Operation not permitted"), "{when}: the device controller refuses:\n{o}");
+    let opens = device_opens(rt, b, pid);
+    for k in ["fuse-r", "fuse-w"] {
+        assert!(opens.get(k).is_some_and(|r| r.contains("not permitted")), "{when}: {k} opens: {opens:?}");
+    }
 }
 
 /// systemd re-applies a unit's properties on `daemon-reload` and whenever one changes (`update`,
@@ -337,6 +399,76 @@ fn the_device_rules_hold_after_systemd_reapplies_the_unit() {
             .expect("systemctl set-property");
         assert!(st.success(), "systemctl set-property");
         device_probe(&rt, &b, pid, "after systemctl set-property");
+        sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
+        unit.assert_gone();
+        rt.assert_nothing_left(&b.id);
+    });
+}
+
+/// What opening device nodes from inside the container gives, each made by the host in the
+/// container's /dev by number: `fuse-r` and `fuse-w` (c 10:229, read and write), `pts` (c
+/// 136:99, a pty slave outside devpts), `null` (write). Each value is "ok" or the shell's error.
+/// A device filter's refusal is "Operation not permitted"; past the filters, fuse opens (or,
+/// its module not loaded, fails "No such device") and the pty fails "I/O error".
+fn device_opens(rt: &Runtime, b: &Bundle, pid: i32) -> std::collections::BTreeMap<String, String> {
+    let dev = format!("/proc/{pid}/root/dev");
+    for (node, major, minor) in [("tr-fuse", "10", "229"), ("tr-pts", "136", "99")] {
+        let path = format!("{dev}/{node}");
+        let _ = std::fs::remove_file(&path);
+        let st = Command::new("mknod").args([&path, "c", major, minor]).status().expect("mknod on the host");
+        assert!(st.success(), "mknod {path}");
+    }
+    let script = r#"p() {
+        if [ "$2" = r ]; then r=$( (true < "/dev/$3") 2>&1 && echo ok); else r=$( (true > "/dev/$3") 2>&1 && echo ok); fi
+        echo "$1=$r"
+    }
+    p fuse-r r tr-fuse; p fuse-w w tr-fuse; p pts r tr-pts; p null w null"#;
+    let o = sd(rt, &["exec", &b.id, "sh", "-c", script]).expect_ok("exec the device probes");
+    for node in ["tr-fuse", "tr-pts"] {
+        let _ = std::fs::remove_file(format!("{dev}/{node}"));
+    }
+    o.stdout.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// The device rules are sent to systemd as the unit's `DevicePolicy=strict` and `DeviceAllow=`
+/// list, as runc sends them (the spec's allowances and the default devices), replaced rather than
+/// added to by `update`. systemd's own device filter, made from that list once systemd re-applies
+/// the unit's devices, lets through what the rules allow (read of c 10:229, the default /dev/null
+/// and pty major) and still refuses the rest.
+#[test]
+fn device_rules_are_the_units_device_policy() {
+    require_systemd!();
+    let rt = Runtime::new("sd_devallow");
+    timed("device_allow", &rt, || {
+        let fuse_r = json!({"allow": true, "type": "c", "major": 10, "minor": 229, "access": "r"});
+        let res = json!({"devices": [{"allow": false, "access": "rwm"}, fuse_r], "pids": {"limit": 20}});
+        let (b, unit) = bundle(&rt, &["sleep", "600"], res);
+        let pid = start(&rt, &b);
+        assert_eq!(unit.show_all("DevicePolicy"), ["strict"]);
+        let mut first = unit.show_all("DeviceAllow");
+        for want in ["/dev/char/10:229 r", "/dev/char/1:3 rwm", "/dev/char/5:2 rwm", "char-* m", "block-* m"] {
+            assert!(first.iter().any(|e| e == want), "DeviceAllow lacks {want:?}: {first:?}");
+        }
+        // runc 1.1 names a whole major by its /proc/devices group; systemd 240+ takes the number.
+        assert!(first.iter().any(|e| e == "char-136 rwm" || e == "char-pts rwm"), "the pty major: {first:?}");
+        assert_eq!(first.iter().filter(|e| e.starts_with("/dev/char/10:229 ")).count(), 1, "{first:?}");
+        sd(&rt, &["update", "--pids-limit", "30", &b.id]).expect_ok("update");
+        let mut again = unit.show_all("DeviceAllow");
+        first.sort();
+        again.sort();
+        assert_eq!(again, first, "update sends the list again in place of the old one");
+        // The same policy set again makes systemd rebuild and attach its device filter.
+        let st = Command::new("systemctl")
+            .args(["set-property", "--runtime", &unit.name, "DevicePolicy=strict"])
+            .status()
+            .expect("systemctl set-property");
+        assert!(st.success(), "systemctl set-property");
+        let opens = device_opens(&rt, &b, pid);
+        let allowed = |k: &str| opens.get(k).is_some_and(|r| !r.is_empty() && !r.contains("not permitted"));
+        assert!(allowed("fuse-r"), "an allowed read: {opens:?}");
+        assert_eq!(opens.get("null").map(String::as_str), Some("ok"), "a default device: {opens:?}");
+        assert!(allowed("pts"), "the pty major: {opens:?}");
+        assert!(opens.get("fuse-w").is_some_and(|r| r.contains("not permitted")), "a denied write: {opens:?}");
         sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
         unit.assert_gone();
         rt.assert_nothing_left(&b.id);
@@ -408,6 +540,34 @@ fn no_thread_of_the_bus_outlives_the_scope_start() {
         run.wait();
         // `run` deletes the container as it exits; a leftover one is deleted here.
         let _ = sd(&rt, &["delete", "--force", &b.id]);
+        unit.assert_gone();
+        rt.assert_nothing_left(&b.id);
+    });
+}
+
+/// A bus that takes the connection and never answers must not hang `create`: the runtime gives
+/// up on it at its deadline (25 s) and, as root, reaches systemd on its private socket, runc's
+/// fallback when no bus daemon answers. Nothing here accepts: the kernel queues the connection,
+/// and the runtime's first byte of authentication is never answered.
+#[test]
+fn a_bus_that_never_answers_is_given_up_at_its_deadline() {
+    require_systemd!();
+    let rt = Runtime::new("sd_hung_bus");
+    if rt.is_runc() {
+        skip!("runc's connection to the bus has no deadline");
+    }
+    timed("hung_bus", &rt, || {
+        let sock = rt.tempdir().join("bus");
+        let _silent = std::os::unix::net::UnixListener::bind(&sock).expect("bind the silent bus");
+        let (b, unit) = bundle(&rt, &["sleep", "600"], json!({"pids": {"limit": 10}}));
+        let mut cmd = rt.command(&["--systemd-cgroup", "create", "--bundle", b.path(), &b.id]);
+        cmd.env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", sock.display()));
+        let t = Instant::now();
+        rt.output(cmd).expect_ok("create with a system bus that never answers");
+        let took = t.elapsed();
+        assert!(took >= Duration::from_secs(20) && took < Duration::from_secs(100), "create took {took:?}");
+        assert!(unit.loaded() && unit.cgroup().is_dir(), "{} made through systemd's own socket", unit.name);
+        sd(&rt, &["delete", "--force", &b.id]).expect_ok("delete --force");
         unit.assert_gone();
         rt.assert_nothing_left(&b.id);
     });

@@ -181,9 +181,9 @@ pub fn features() -> Features {
         linux: Linux {
             namespaces: strings(NAMESPACES),
             capabilities: capabilities(),
-            // The systemd driver (v2 hosts, system instance only: no
-            // user manager); rdma is refused by `cgroups::check`.
-            cgroup: Cgroup { v1: true, v2: true, systemd: true, systemd_user: false, rdma: false },
+            // The systemd driver (v2 hosts; a rootless caller's own
+            // user manager too); rdma is refused by `cgroups::check`.
+            cgroup: Cgroup { v1: true, v2: true, systemd: true, systemd_user: true, rdma: false },
             seccomp: Seccomp {
                 enabled: true,
                 actions: strings(crate::seccomp::ACTIONS),
@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(v["linux"]["mountExtensions"]["idmap"]["enabled"], false);
         assert_eq!(
             (v["linux"]["cgroup"]["systemd"].as_bool(), v["linux"]["cgroup"]["systemdUser"].as_bool()),
-            (Some(true), Some(false))
+            (Some(true), Some(true))
         );
         let text = features().to_json();
         assert!(text.starts_with("{\n    \"ociVersionMin\": \"1.0.0\",\n") && text.ends_with("}\n"), "{text}");

@@ -60,7 +60,9 @@ pub(crate) struct Record {
     pub cgroup_path: Option<String>,
     /// v1 hierarchies where the cgroup's path is not `cgroup_path`, by
     /// mount directory name (a relative cgroupsPath from a caller whose
-    /// cgroups differ per hierarchy). Absent from older records: none.
+    /// cgroups differ per hierarchy). With the systemd driver, `unified`
+    /// is a rootless caller's unit's cgroup below its own systemd, and
+    /// says the unit is that systemd's. Absent from older records: none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cgroup_paths: BTreeMap<String, String>,
     /// The v1 controllers whose hierarchies the cgroup was kept to

@@ -19,8 +19,8 @@ impl Cgroup {
             remove_children(&dir);
         }
         if self.systemd {
-            // systemd removes the scope's cgroup with the unit.
-            self.stop_scope()?;
+            // systemd removes the unit's cgroup with the unit.
+            self.stop_unit()?;
         }
         for dir in self.dirs() {
             remove_dir(&dir)?;

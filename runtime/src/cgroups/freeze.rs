@@ -65,9 +65,9 @@ pub(crate) fn is_frozen(recorded: &str, per: &BTreeMap<String, String>, systemd:
 
 fn frozen_at(root: &Path, recorded: &str, per: &BTreeMap<String, String>, systemd: bool) -> bool {
     if systemd {
-        // The scope's cgroup; a record that names none is not frozen.
-        let Ok(scope) = super::systemd::Scope::parse(recorded) else { return false };
-        return read_trim(&root.join(scope.path.trim_start_matches('/')).join("cgroup.freeze")) == "1";
+        // The unit's cgroup; a record that names none is not frozen.
+        let Ok(unit) = super::systemd::Unit::from_record(recorded, per) else { return false };
+        return read_trim(&root.join(unit.path.trim_start_matches('/')).join("cgroup.freeze")) == "1";
     }
     let rel = recorded.trim_start_matches('/');
     let v2 = root.join(rel).join("cgroup.freeze");

@@ -100,11 +100,11 @@ impl Cgroup {
         }
         if self.systemd {
             // systemd moves init in; then the controllers systemd does not
-            // manage (hugetlb, rdma, misc) are enabled down to the scope,
-            // as runc does, for the limits written next.
-            self.start_scope(pid, r)?;
+            // manage (hugetlb, rdma, misc) are enabled down to the unit's
+            // cgroup, as runc does, for the limits written next.
+            self.start_unit(pid, r, devices)?;
             make_v2_dirs(&self.root, Path::new(self.rel()))?;
-            return self.apply(&super::systemd::for_files(r), devices);
+            return self.apply(r, devices);
         }
         self.add(pid)?;
         if !self.prepared.get() {

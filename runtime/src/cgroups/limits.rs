@@ -66,8 +66,8 @@ impl Cgroup {
     /// systemd driver gives systemd the new properties first.
     pub(crate) fn update(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
         if self.systemd {
-            self.set_scope_properties(r)?;
-            return self.apply(&super::systemd::for_files(r), devices);
+            self.set_unit_properties(r, devices)?;
+            return self.apply(r, devices);
         }
         if self.layout == Layout::Unified {
             return self.apply(r, devices);
@@ -101,7 +101,7 @@ pub(super) fn controllers_of(r: &LinuxResources) -> Vec<(&'static str, &'static 
 
 /// runc allows the device nodes `linux.devices` makes, after the spec's own
 /// rules (libcgroups adds only its default set).
-fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResources {
+pub(super) fn with_device_allows(r: &LinuxResources, devices: &[LinuxDevice]) -> LinuxResources {
     let mut r = r.clone();
     if devices.is_empty() {
         return r;

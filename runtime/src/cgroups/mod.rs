@@ -36,8 +36,8 @@
 //! The files, by concern: `hierarchy` (the host's mounted hierarchies),
 //! `open` (finding the cgroup for a new container or a state record),
 //! `manager` (libcgroups' manager), `systemd` (the systemd driver: a
-//! transient scope unit per container, whose cgroup the rest then treats
-//! as a v2 one), `join` (making
+//! transient unit per container, whose cgroup the rest then treats as a
+//! v2 one), `join` (making
 //! the cgroup and putting processes in it), `limits` (applying and updating
 //! `linux.resources`), `freeze` (the freezer and signalling every process),
 //! `read` (pids, stats, usage, OOM kills), `kill` (SIGKILL for a whole
@@ -113,8 +113,9 @@ pub(crate) struct Cgroup {
     per: BTreeMap<String, String>,
     layout: Layout,
     systemd: bool,
-    /// The systemd driver's unit and its cgroup, read from `recorded`.
-    scope: Option<systemd::Scope>,
+    /// The systemd driver's unit and its cgroup, read from `recorded`
+    /// (and, for a user instance's unit, `per`).
+    unit: Option<systemd::Unit>,
     id: String,
     /// Where the hierarchies are mounted ([`ROOT`] outside tests).
     root: PathBuf,
@@ -175,7 +176,7 @@ impl Cgroup {
     /// The recorded path below a hierarchy's mount point (the systemd
     /// driver: its scope's cgroup).
     fn rel(&self) -> &str {
-        self.scope.as_ref().map_or(&self.recorded, |s| &s.path).trim_start_matches('/')
+        self.unit.as_ref().map_or(&self.recorded, |u| &u.path).trim_start_matches('/')
     }
 
     /// The cgroup's path below the mount point of hierarchy `m`.

@@ -41,8 +41,9 @@ impl Cgroup {
         only: Option<&[String]>,
     ) -> Result<Cgroup> {
         if systemd {
-            systemd::Scope::parse(recorded).map_err(|e| CgroupError::Path(format!("state record: {e}")))?;
+            systemd::Unit::from_record(recorded, per).map_err(|e| CgroupError::Path(format!("state record: {e}")))?;
         }
+        // (A systemd record's paths were checked as the unit's, just above.)
         let bad = |p: &str| !systemd && !usable_record(p);
         if let Some(p) = std::iter::once(recorded).chain(per.values().map(String::as_str)).find(|p| bad(p)) {
             return Err(CgroupError::Path(format!("state records an unusable cgroup path {p:?}")));
@@ -65,13 +66,13 @@ impl Cgroup {
         layout: Layout,
         mounts: Vec<Mount>,
     ) -> Cgroup {
-        let scope = if systemd { systemd::Scope::parse(&recorded).ok() } else { None };
+        let unit = if systemd { systemd::Unit::from_record(&recorded, &per).ok() } else { None };
         let mut cg = Cgroup {
             recorded,
             per,
             layout,
             systemd,
-            scope,
+            unit,
             id: id.to_string(),
             root: root.to_path_buf(),
             mgr: OnceCell::new(),
@@ -128,15 +129,19 @@ fn resolve(
             }
             per_hierarchy(&own, ms, &rel)
         }
-        path::Wanted::Systemd { slice, prefix, name } => {
-            Ok((systemd_recorded(&slice, &prefix, &name, host.layout)?, BTreeMap::new()))
-        }
+        path::Wanted::Systemd { slice, prefix, name } => systemd_recorded(&slice, &prefix, &name, host.layout),
     }
 }
 
 /// The record for the systemd driver's `slice:prefix:name`, on a host where
-/// that driver can work: systemd running, and cgroup v2.
-fn systemd_recorded(slice: &str, prefix: &str, name: &str, layout: Layout) -> Result<String> {
+/// that driver can work: systemd running, and cgroup v2. A rootless
+/// caller's unit goes to its own systemd, and the record keeps where.
+fn systemd_recorded(
+    slice: &str,
+    prefix: &str,
+    name: &str,
+    layout: Layout,
+) -> Result<(String, BTreeMap<String, String>)> {
     if !systemd::booted() {
         return Err(CgroupError::NoSystemd);
     }
@@ -146,8 +151,8 @@ fn systemd_recorded(slice: &str, prefix: &str, name: &str, layout: Layout) -> Re
         ));
     }
     let recorded = format!("{slice}:{prefix}:{name}");
-    systemd::Scope::parse(&recorded).map_err(CgroupError::Path)?;
-    Ok(recorded)
+    let unit = systemd::Unit::parse(&recorded, systemd::user_instance_owner()).map_err(CgroupError::Path)?;
+    Ok((recorded, unit.record()))
 }
 
 /// A relative path on a v1 host, under our cgroup in each hierarchy. The

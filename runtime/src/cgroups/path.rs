@@ -27,8 +27,10 @@ pub(crate) enum Wanted {
 pub(crate) fn wanted(cgroups_path: Option<&str>, id: &str, systemd: bool) -> Result<Wanted, String> {
     let given = cgroups_path.filter(|p| !p.is_empty());
     if systemd {
+        // runc's default, ":runc:<id>": the empty slice is system.slice,
+        // or user.slice for a rootless caller's own systemd.
         let Some(p) = given else {
-            return Ok(Wanted::Systemd { slice: "system.slice".into(), prefix: "tinyrun".into(), name: id.into() });
+            return Ok(Wanted::Systemd { slice: String::new(), prefix: "tinyrun".into(), name: id.into() });
         };
         let parts: Vec<&str> = p.split(':').collect();
         if parts.len() != 3 {

@@ -49,7 +49,7 @@ pub(super) fn apply(r: &LinuxResources, devices_dir: &Path, pids_dir: &Path) -> 
     Ok(())
 }
 
-fn default_rules() -> impl Iterator<Item = LinuxDeviceCgroup> {
+pub(super) fn default_rules() -> impl Iterator<Item = LinuxDeviceCgroup> {
     let rule = |typ, major: Option<i64>, minor: Option<i64>, access: &str| {
         let mut d = LinuxDeviceCgroup::default();
         d.set_allow(true).set_typ(Some(typ)).set_major(major).set_minor(minor).set_access(Some(access.into()));

@@ -1,206 +1,230 @@
-//! The few calls of systemd's D-Bus API (org.freedesktop.systemd1) the
-//! driver makes, through zbus on the system bus. zbus' blocking API would
-//! run every call on a process-wide multi-threaded tokio runtime that zbus
-//! keeps for good (a worker per CPU, plus a pool thread for the connect that
-//! idles on for 10 s). Here each `Bus` drives its connection on a
-//! current-thread runtime of its own instead: zbus' tasks run only inside
-//! its calls, and dropping the `Bus` ends the runtime and with it the one
-//! pool thread the connect used. No thread is left behind for `run` to
-//! carry while it waits, or for a later fork to copy.
+//! The calls of systemd's D-Bus API (org.freedesktop.systemd1) the driver
+//! makes, over a `bus::Conn`: to the system instance on the system bus
+//! (or, as root without a bus daemon, systemd's private socket, as runc
+//! falls back to), or to the caller's user instance on its session bus.
+//! Each `Bus` is one connection, closed when dropped: nothing of it
+//! outlives the command, no thread included.
 
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use tokio::runtime::Runtime;
-use zbus::proxy::CacheProperties;
-use zbus::zvariant::{OwnedObjectPath, Value};
-use zbus::Connection;
-
+use super::bus::{self, Addr, Conn, Failure};
+use super::wire::{Call, Prop, Writer};
 use super::SdError;
 
 const DEST: &str = "org.freedesktop.systemd1";
+const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 
-/// A unit property as StartTransientUnit and SetUnitProperties take it.
-pub(super) type Prop = (&'static str, Value<'static>);
-
-#[zbus::proxy(
-    interface = "org.freedesktop.systemd1.Manager",
-    default_service = "org.freedesktop.systemd1",
-    default_path = "/org/freedesktop/systemd1",
-    gen_blocking = false,
-    async_name = "ManagerProxy"
-)]
-trait Manager {
-    /// `ssa(sv)a(sa(sv))`: the last argument (auxiliary units) stays empty.
-    fn start_transient_unit(
-        &self,
-        name: &str,
-        mode: &str,
-        properties: &[Prop],
-        aux: &[(&str, &[Prop])],
-    ) -> zbus::Result<OwnedObjectPath>;
-
-    fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
-
-    fn set_unit_properties(&self, name: &str, runtime: bool, properties: &[Prop]) -> zbus::Result<()>;
-
-    fn get_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
-
-    fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
-}
-
-/// A connection to systemd on the system bus, with the runtime that
-/// drives it.
-pub(super) struct Bus {
-    /// Declared first: dropped before the runtime, which then drops the
-    /// connection's tasks and joins its idle connect thread.
-    conn: Connection,
-    rt: Runtime,
-}
-
-/// How long a start or stop job may take; systemd finishes a scope's in
-/// milliseconds, but a busy manager queues jobs.
+/// How long a start or stop job may take, as runc waits; systemd finishes
+/// a scope's in milliseconds, but a busy manager queues jobs.
 const JOB_PATIENCE: Duration = Duration::from_secs(30);
 
-/// How long one call (or the connect) may take: systemd answers in
+/// How long the connect, and then each call, may take: systemd answers in
 /// milliseconds, and a hung bus must not hang `create` or `delete`.
 const CALL_PATIENCE: Duration = Duration::from_secs(25);
 
-impl Bus {
-    /// Runs `call` on the bus's runtime, given up after [`CALL_PATIENCE`].
-    fn within<T>(
-        rt: &Runtime,
-        op: &'static str,
-        call: impl std::future::Future<Output = Result<T, SdError>>,
-    ) -> Result<T, SdError> {
-        within_for(rt, op, CALL_PATIENCE, call)
-    }
+/// The system bus when DBUS_SYSTEM_BUS_ADDRESS does not say (the
+/// specification's default).
+const SYSTEM_BUS: &str = "/var/run/dbus/system_bus_socket";
+
+/// systemd's own socket, which takes root's calls without a bus daemon.
+const PRIVATE_SOCKET: &str = "/run/systemd/private";
+
+/// Which systemd manages the container's unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Instance {
+    System,
+    /// The caller's own (`systemd --user`), for rootless containers.
+    User,
 }
 
-fn within_for<T>(
-    rt: &Runtime,
-    op: &'static str,
-    patience: Duration,
-    call: impl std::future::Future<Output = Result<T, SdError>>,
-) -> Result<T, SdError> {
-    rt.block_on(async { tokio::time::timeout(patience, call).await }).unwrap_or_else(|_| {
-        Err(SdError { op, why: format!("no answer from systemd within {} ms", patience.as_millis()) })
-    })
+pub(super) struct Bus {
+    conn: Conn,
+    /// Straight to systemd: no bus daemon to ask for signals.
+    direct: bool,
+    watching: bool,
 }
 
 impl Bus {
-    pub(super) fn connect() -> Result<Bus, SdError> {
-        let err = |e: &dyn std::fmt::Display| SdError::new("connect to the system bus", e);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| err(&e))?;
-        let conn =
-            Bus::within(&rt, "connect to the system bus", async { Connection::system().await.map_err(|e| err(&e)) })?;
-        Ok(Bus { conn, rt })
+    pub(super) fn connect(instance: Instance) -> Result<Bus, SdError> {
+        let op = match instance {
+            Instance::System => "connect to the system bus for",
+            Instance::User => "connect to the user's bus for",
+        };
+        let err = |why: String| SdError { op, why };
+        let (addrs, private) = match instance {
+            Instance::System => (system_addresses(), nix::unistd::geteuid().is_root()),
+            Instance::User => (user_addresses().map_err(err)?, false),
+        };
+        let mut tried = Vec::new();
+        for addr in &addrs {
+            match Conn::open(addr, false, CALL_PATIENCE) {
+                Ok(conn) => return Ok(Bus { conn, direct: false, watching: false }),
+                Err(f) => tried.push(f.why),
+            }
+        }
+        // runc's fallback when there is no bus daemon (a kind node, say).
+        // Each attempt has its own deadline: a hung bus daemon and a hung
+        // systemd together cost two of them, still a bounded wait.
+        if private && Path::new(PRIVATE_SOCKET).exists() {
+            let addr = Addr::Path(PRIVATE_SOCKET.into());
+            match Conn::open(&addr, true, CALL_PATIENCE) {
+                Ok(conn) => return Ok(Bus { conn, direct: true, watching: false }),
+                Err(f) => tried.push(f.why),
+            }
+        }
+        Err(err(tried.join("; ")))
     }
 
-    async fn manager(&self) -> Result<ManagerProxy<'_>, SdError> {
-        let b = ManagerProxy::builder(&self.conn).cache_properties(CacheProperties::No);
-        b.build().await.map_err(|e| SdError::new("reach org.freedesktop.systemd1", e))
+    fn manager_call<'a>(&self, member: &'a str, signature: &'a str, body: Writer) -> Call<'a> {
+        let destination = (!self.direct).then_some(DEST);
+        Call { destination, path: MANAGER_PATH, interface: MANAGER, member, signature, body: body.buf, flags: 0 }
+    }
+
+    /// A manager method taking the unit's name and maybe more, returning
+    /// an object path (a job or a unit) or nothing.
+    fn on_unit(
+        &mut self,
+        member: &str,
+        signature: &str,
+        unit: &str,
+        rest: impl Fn(&mut Writer),
+    ) -> Result<Option<String>, Failure> {
+        let mut body = Writer::default();
+        body.str(unit);
+        rest(&mut body);
+        let call = self.manager_call(member, signature, body);
+        let reply = self.conn.call(&call)?;
+        if reply.signature.starts_with('o') {
+            return reply
+                .args()
+                .str()
+                .map(Some)
+                .map_err(|e| Failure { name: None, why: format!("the reply to {member}: {e}") });
+        }
+        Ok(None)
+    }
+
+    /// Has the bus pass on JobRemoved, before the call that makes the job.
+    fn watch_jobs(&mut self) {
+        if !self.watching {
+            let rule = format!(
+                "type='signal',sender='{DEST}',path='{MANAGER_PATH}',interface='{MANAGER}',member='JobRemoved'"
+            );
+            self.conn.watch(&rule, self.direct, MANAGER, "JobRemoved");
+            self.watching = true;
+        }
     }
 
     /// StartTransientUnit in mode "replace"; returns the job. A unit of
     /// that name that systemd still has (a failed one left over) is reset
     /// and the start tried once more, as runc does.
-    pub(super) fn start(&self, unit: &str, props: &[Prop]) -> Result<OwnedObjectPath, SdError> {
-        Bus::within(&self.rt, "start", async {
-            let m = self.manager().await?;
-            match m.start_transient_unit(unit, "replace", props, &[]).await {
-                Err(e) if is_dbus_error(&e, "org.freedesktop.systemd1.UnitExists") => {
-                    // A unit that is not failed can't be reset: the retry
-                    // then fails with systemd's own message.
-                    let _ = m.reset_failed_unit(unit).await;
-                    m.start_transient_unit(unit, "replace", props, &[]).await
-                }
-                other => other,
-            }
-            .map_err(|e| SdError::new("start", e))
-        })
+    pub(super) fn start(&mut self, unit: &str, props: &[Prop]) -> Result<String, SdError> {
+        self.watch_jobs();
+        let args = |b: &mut Writer| {
+            b.str("replace");
+            b.props(props);
+            b.array(8, |_| {}); // no auxiliary units
+        };
+        let mut r = self.on_unit("StartTransientUnit", "ssa(sv)a(sa(sv))", unit, args);
+        if r.as_ref().is_err_and(|f| f.name.as_deref() == Some("org.freedesktop.systemd1.UnitExists")) {
+            // A unit that is not failed can't be reset: the retry then
+            // fails with systemd's own message.
+            let _ = self.reset_failed(unit);
+            r = self.on_unit("StartTransientUnit", "ssa(sv)a(sa(sv))", unit, args);
+        }
+        let job = r.map_err(|f| SdError::new("start", f.why))?;
+        job.ok_or_else(|| SdError::new("start", "StartTransientUnit returned no job"))
     }
 
     /// StopUnit in mode "replace"; `None` when systemd has no such unit.
-    pub(super) fn stop(&self, unit: &str) -> Result<Option<OwnedObjectPath>, SdError> {
-        Bus::within(&self.rt, "stop", async {
-            match self.manager().await?.stop_unit(unit, "replace").await {
-                Ok(job) => Ok(Some(job)),
-                Err(e) if is_dbus_error(&e, "org.freedesktop.systemd1.NoSuchUnit") => Ok(None),
-                Err(e) => Err(SdError::new("stop", e)),
-            }
-        })
+    pub(super) fn stop(&mut self, unit: &str) -> Result<Option<String>, SdError> {
+        self.watch_jobs();
+        match self.on_unit("StopUnit", "ss", unit, |b| b.str("replace")) {
+            Ok(job) => Ok(job),
+            Err(f) if f.name.as_deref() == Some("org.freedesktop.systemd1.NoSuchUnit") => Ok(None),
+            Err(f) => Err(SdError::new("stop", f.why)),
+        }
+    }
+
+    /// ResetFailedUnit: a failed unit is forgotten, so its name can be
+    /// used again.
+    pub(super) fn reset_failed(&mut self, unit: &str) -> Result<(), SdError> {
+        self.on_unit("ResetFailedUnit", "s", unit, |_| {}).map(|_| ()).map_err(|f| SdError::new("reset", f.why))
     }
 
     /// SetUnitProperties with runtime=true (lost at reboot, as the unit is).
-    pub(super) fn set(&self, unit: &str, props: &[Prop]) -> Result<(), SdError> {
-        Bus::within(&self.rt, "set properties of", async {
-            let m = self.manager().await?;
-            m.set_unit_properties(unit, true, props).await.map_err(|e| SdError::new("set properties of", e))
-        })
+    pub(super) fn set(&mut self, unit: &str, props: &[Prop]) -> Result<(), SdError> {
+        let args = |b: &mut Writer| {
+            b.bool(true);
+            b.props(props);
+        };
+        self.on_unit("SetUnitProperties", "sba(sv)", unit, args)
+            .map(|_| ())
+            .map_err(|f| SdError::new("set properties of", f.why))
     }
 
-    /// Waits until systemd is done with `job`: a finished job's object
-    /// leaves the bus (polled rather than waiting for JobRemoved, so the
-    /// wait has a deadline). A scope's job is done in a millisecond or two;
-    /// the pause between polls doubles from there, so a queued job costs
-    /// a few bus calls, not thousands.
-    pub(super) fn wait_job(&self, job: &OwnedObjectPath) -> Result<(), SdError> {
-        let deadline = Instant::now() + JOB_PATIENCE;
-        let mut pause = Duration::from_millis(1);
-        let queued = || {
-            Bus::within(&self.rt, "wait for", async {
-                let proxy = self.proxy(job.as_str(), "org.freedesktop.systemd1.Job").await?;
-                Ok::<bool, SdError>(proxy.get_property::<String>("State").await.is_ok())
-            })
+    /// Waits for systemd's JobRemoved of `job` and returns its result
+    /// ("done", "failed", "canceled", ...).
+    pub(super) fn wait_job(&mut self, job: &str) -> Result<String, SdError> {
+        let ours = |m: &super::wire::Message| {
+            let mut a = m.args();
+            m.signature == "uoss" && a.u32().is_ok() && a.str().is_ok_and(|p| p == job)
         };
-        while queued()? {
-            if Instant::now() > deadline {
-                let why = format!("job {} still queued after {}s", job.as_str(), JOB_PATIENCE.as_secs());
-                return Err(SdError { op: "wait for", why });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(100));
-        }
-        Ok(())
+        let m = self.conn.signal(JOB_PATIENCE, ours).map_err(|f| SdError::new("wait for the job of", f.why))?;
+        let mut a = m.args();
+        let (_, _, _, result) = (a.u32(), a.str(), a.str(), a.str());
+        result.map_err(|e| SdError::new("wait for the job of", e))
     }
 
     /// A property of the loaded unit `unit` on interface `iface`
-    /// (`Unit` for ActiveState, `Scope` for ControlGroup).
-    pub(super) fn unit_property(&self, unit: &str, iface: &str, name: &str) -> Result<String, SdError> {
-        Bus::within(&self.rt, "read a property of", async {
-            let path = self.manager().await?.get_unit(unit).await.map_err(|e| SdError::new("find", e))?;
-            let proxy = self.proxy(path.as_str(), iface).await?;
-            proxy.get_property::<String>(name).await.map_err(|e| SdError::new("read a property of", e))
-        })
-    }
-
-    async fn proxy(&self, path: &str, iface: &str) -> Result<zbus::Proxy<'_>, SdError> {
-        let err = |e| SdError::new("reach an object of", e);
-        let b = zbus::proxy::Builder::<zbus::Proxy<'_>>::new(&self.conn);
-        let b = b.destination(DEST).map_err(err)?.path(path.to_string()).map_err(err)?;
-        let b = b.interface(iface.to_string()).map_err(err)?.cache_properties(CacheProperties::No);
-        b.build().await.map_err(err)
+    /// (`Unit` for ActiveState, `Scope` or `Slice` for ControlGroup).
+    pub(super) fn unit_property(&mut self, unit: &str, iface: &str, name: &str) -> Result<String, SdError> {
+        let path = self.on_unit("GetUnit", "s", unit, |_| {}).map_err(|f| SdError::new("find", f.why))?;
+        let path = path.ok_or_else(|| SdError::new("find", "GetUnit returned no object"))?;
+        let mut body = Writer::default();
+        body.str(iface);
+        body.str(name);
+        let destination = (!self.direct).then_some(DEST);
+        let call = Call {
+            destination,
+            path: &path,
+            interface: "org.freedesktop.DBus.Properties",
+            member: "Get",
+            signature: "ss",
+            body: body.buf,
+            flags: 0,
+        };
+        let reply = self.conn.call(&call).map_err(|f| SdError::new("read a property of", f.why))?;
+        reply.args().variant_str().map_err(|e| SdError::new("read a property of", e))
     }
 }
 
-fn is_dbus_error(e: &zbus::Error, want: &str) -> bool {
-    matches!(e, zbus::Error::MethodError(name, _, _) if name.as_str() == want)
+/// DBUS_SYSTEM_BUS_ADDRESS's unix addresses, or the standard socket.
+fn system_addresses() -> Vec<Addr> {
+    match std::env::var("DBUS_SYSTEM_BUS_ADDRESS") {
+        Ok(list) if !list.is_empty() => bus::parse_addresses(&list),
+        _ => vec![Addr::Path(SYSTEM_BUS.into())],
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_call_without_an_answer_is_given_up() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let t = Instant::now();
-        let r: Result<(), SdError> = within_for(&rt, "start", Duration::from_millis(50), std::future::pending());
-        let e = r.unwrap_err();
-        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-        assert_eq!(e.op, "start");
-        assert!(e.why.contains("no answer"), "{}", e.why);
-        let ok = within_for(&rt, "stop", Duration::from_secs(5), async { Ok::<u8, SdError>(7) });
-        assert_eq!(ok.ok(), Some(7));
+/// The user's session bus, as runc finds it: DBUS_SESSION_BUS_ADDRESS,
+/// else `$XDG_RUNTIME_DIR/bus` where it exists.
+fn user_addresses() -> Result<Vec<Addr>, String> {
+    if let Ok(list) = std::env::var("DBUS_SESSION_BUS_ADDRESS").map(|l| l.trim().to_string()) {
+        if !list.is_empty() {
+            let addrs = bus::parse_addresses(&list);
+            if addrs.is_empty() {
+                return Err(format!("DBUS_SESSION_BUS_ADDRESS {list:?} names no unix socket"));
+            }
+            return Ok(addrs);
+        }
+    }
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
+    match xdg.map(|d| d.join("bus")) {
+        Some(bus) if bus.exists() => Ok(vec![Addr::Path(bus)]),
+        Some(bus) => Err(format!("{} does not exist, and DBUS_SESSION_BUS_ADDRESS is not set", bus.display())),
+        None => Err("neither DBUS_SESSION_BUS_ADDRESS nor XDG_RUNTIME_DIR is set: no user bus to reach".into()),
     }
 }

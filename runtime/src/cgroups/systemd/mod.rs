@@ -1,22 +1,30 @@
 //! The systemd driver (`--systemd-cgroup`), as runc's: the container is a
-//! transient scope unit `prefix-name.scope` in `slice`, started over D-Bus
-//! with init in it and `Delegate=yes`, its limits given as unit properties
-//! where systemd has them (`props`). The scope's cgroup is then an ordinary
-//! cgroup v2 directory: limits systemd has no property for, the device
-//! filter, the freezer, statistics and `exec`'s joins all go through the
-//! cgroupfs v2 path on it. Removing it is stopping the unit. Runs in the
-//! runtime process; `dbus` holds the calls to systemd.
+//! transient unit (`unit`: a scope `prefix-name.scope` in a slice, or a
+//! slice of its own), started over D-Bus with init in it, `Delegate=yes`
+//! for a scope, its limits (`props`) and device rules (`devices`) given as
+//! unit properties. A rootless caller's unit goes to its own systemd. The
+//! unit's cgroup is then an ordinary cgroup v2 directory: limits systemd
+//! has no property for, the cgroup's own device filter, the freezer,
+//! statistics and `exec`'s joins all go through the cgroupfs v2 path on
+//! it. Removing it is stopping the unit. Runs in the runtime process;
+//! `dbus` holds the calls to systemd, over `bus` and `wire`.
 
+mod bus;
 mod dbus;
+mod devices;
 mod props;
+mod unit;
+mod wire;
 
 use std::path::Path;
 
 use nix::unistd::Pid;
-use oci_spec::runtime::LinuxResources;
+use oci_spec::runtime::{LinuxDevice, LinuxResources};
 
-use self::dbus::{Bus, Prop};
-use super::{Cgroup, CgroupError, Result};
+use self::dbus::{Bus, Instance};
+pub(super) use self::unit::{user_instance_owner, Unit};
+use self::wire::{Prop, Value};
+use super::{io_err, Cgroup, CgroupError, Result};
 
 /// A failed call to systemd, before the unit is named.
 #[derive(Debug)]
@@ -40,154 +48,117 @@ pub(super) fn booted() -> bool {
     Path::new("/run/systemd/system").is_dir()
 }
 
-/// The unit a `slice:prefix:name` record names, and where its cgroup is.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Scope {
-    pub(super) unit: String,
-    pub(super) slice: String,
-    /// The cgroup below the cgroup2 mount, e.g. `/system.slice/x-y.scope`.
-    pub(super) path: String,
-}
-
-impl Scope {
-    /// runc's reading of `slice:prefix:name`: an empty slice is
-    /// `system.slice`, the unit `prefix-name.scope`.
-    pub(super) fn parse(recorded: &str) -> Result<Scope, String> {
-        let parts: Vec<&str> = recorded.split(':').collect();
-        let [slice, prefix, name] = parts[..] else {
-            return Err(format!(
-                "linux.cgroupsPath {recorded:?}: with --systemd-cgroup it must be \"slice:prefix:name\""
-            ));
-        };
-        if name.ends_with(".slice") {
-            // runc reads this as a slice unit of that name for the
-            // container, and asks systemd to start it with init in it;
-            // systemd puts no process straight into a slice, so runc's
-            // create always fails there ("Cannot set property PIDs").
-            // Failing here, before anything exists, is the same outcome.
-            return Err(format!(
-                "linux.cgroupsPath {recorded:?}: a name ending in \".slice\" asks for a slice unit {name:?} \
-                 holding the container's processes, and systemd puts no process straight into a slice (runc's \
-                 create fails there too); name a scope instead"
-            ));
-        }
-        if name.is_empty() || name.contains('/') || prefix.contains('/') {
-            return Err(format!("linux.cgroupsPath {recorded:?}: the name is empty or has a '/'"));
-        }
-        let slice = if slice.is_empty() { "system.slice" } else { slice };
-        let dir = expand_slice(slice).map_err(|why| format!("linux.cgroupsPath {recorded:?}: {why}"))?;
-        let unit = format!("{prefix}-{name}.scope");
-        let path = format!("{}/{unit}", dir.trim_end_matches('/'));
-        Ok(Scope { unit, slice: slice.to_string(), path })
-    }
-}
-
-/// A slice's cgroup: `a-b.slice` is `/a.slice/a-b.slice` (systemd's rule,
-/// and runc's checks of the name).
-fn expand_slice(slice: &str) -> Result<String, String> {
-    let bad = |why: &str| Err(format!("slice {slice:?} {why}"));
-    let Some(stem) = slice.strip_suffix(".slice") else { return bad("does not end in \".slice\"") };
-    if slice.contains('/') {
-        return bad("has a '/'");
-    }
-    if stem == "-" {
-        return Ok("/".into());
-    }
-    if stem.is_empty() || stem.contains("--") || stem.starts_with('-') || stem.ends_with('-') {
-        return bad("is not a valid slice name");
-    }
-    let (mut path, mut prefix) = (String::new(), String::new());
-    for part in stem.split('-') {
-        path.push_str(&format!("/{prefix}{part}.slice"));
-        prefix.push_str(&format!("{part}-"));
-    }
-    Ok(path)
-}
-
 impl Cgroup {
-    fn scope(&self) -> Result<&Scope> {
+    fn unit(&self) -> Result<&Unit> {
         let bad = || CgroupError::Path(format!("{:?} is not a systemd \"slice:prefix:name\"", self.recorded));
-        self.scope.as_ref().ok_or_else(bad)
+        self.unit.as_ref().ok_or_else(bad)
     }
 
-    /// Starts the scope with `pid` (init) in it and `r`'s limits, and
-    /// waits until systemd has made it. The caller then writes every limit
-    /// to the cgroup's files, as runc does after starting the unit.
-    pub(super) fn start_scope(&self, pid: Pid, r: &LinuxResources) -> Result<()> {
-        let scope = self.scope()?;
-        let on = |e: SdError| e.on(&scope.unit);
-        let mut props = base_props(scope, &self.id, pid)?;
-        props.extend(props::resources(r).map_err(|why| on(SdError { op: "convert linux.resources for", why }))?);
-        let bus = Bus::connect().map_err(on)?;
-        let job = bus.start(&scope.unit, &props).map_err(on)?;
-        bus.wait_job(&job).map_err(on)?;
-        let state = bus.unit_property(&scope.unit, "org.freedesktop.systemd1.Unit", "ActiveState").map_err(on)?;
-        if state != "active" {
-            let why = format!("it is {state:?} after its start job (see journalctl -u {})", scope.unit);
-            return Err(on(SdError { op: "start", why }));
+    /// Starts the unit with `pid` (init) in it and `r`'s limits and device
+    /// rules, and waits until systemd has made it. The caller then writes
+    /// every limit to the cgroup's files, as runc does after starting it.
+    pub(super) fn start_unit(&self, pid: Pid, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
+        let unit = self.unit()?;
+        let on = |e: SdError| e.on(&unit.name);
+        let mut props = base_props(unit, &self.id, pid)?;
+        props.extend(unit_props(r, devices).map_err(on)?);
+        let mut bus = Bus::connect(unit.instance).map_err(on)?;
+        let job = bus.start(&unit.name, &props).map_err(on)?;
+        let result = bus.wait_job(&job);
+        if result.as_ref().map_or(true, |r| r != "done") {
+            // As runc: a unit left failed must not block the name.
+            let _ = bus.reset_failed(&unit.name);
+            let why = |r: String| format!("systemd's start job ended {r:?} (see journalctl -u {})", unit.name);
+            return Err(on(result.map_or_else(|e| e, |r| SdError { op: "start", why: why(r) })));
         }
-        let cg = bus.unit_property(&scope.unit, "org.freedesktop.systemd1.Scope", "ControlGroup").map_err(on)?;
-        if cg != scope.path {
-            let why =
-                format!("systemd placed it at cgroup {cg}, not {}; is systemd in a cgroup namespace?", scope.path);
-            return Err(on(SdError { op: "place", why }));
+        check_started(&mut bus, unit).map_err(on)?;
+        if unit.is_slice() {
+            // systemd puts no process straight into a slice (runc's
+            // request with init in it fails there): init goes in through
+            // the cgroup's own file once the slice is up.
+            let procs = Path::new(super::ROOT).join(unit.path.trim_start_matches('/')).join("cgroup.procs");
+            std::fs::write(&procs, pid.as_raw().to_string()).map_err(io_err("write", &procs))?;
         }
         Ok(())
     }
 
-    /// `update`: the new limits as unit properties, kept until the unit
-    /// goes. The caller writes the cgroup's files.
-    pub(super) fn set_scope_properties(&self, r: &LinuxResources) -> Result<()> {
-        let scope = self.scope()?;
-        let on = |e: SdError| e.on(&scope.unit);
-        let props = props::resources(r).map_err(|why| on(SdError { op: "convert linux.resources for", why }))?;
-        if props.is_empty() {
-            return Ok(());
-        }
-        Bus::connect().and_then(|bus| bus.set(&scope.unit, &props)).map_err(on)
+    /// `update`: the new limits and the device rules as unit properties,
+    /// kept until the unit goes. The caller writes the cgroup's files.
+    pub(super) fn set_unit_properties(&self, r: &LinuxResources, devices: &[LinuxDevice]) -> Result<()> {
+        let unit = self.unit()?;
+        let on = |e: SdError| e.on(&unit.name);
+        let props = unit_props(r, devices).map_err(on)?;
+        Bus::connect(unit.instance).and_then(|mut bus| bus.set(&unit.name, &props)).map_err(on)
     }
 
-    /// Stops the scope and waits for systemd to remove its cgroup; a unit
+    /// Stops the unit and waits for systemd to remove its cgroup; a unit
     /// systemd no longer has (its processes all gone, or never started)
-    /// is fine.
-    pub(super) fn stop_scope(&self) -> Result<()> {
-        let scope = self.scope()?;
-        let bus = Bus::connect().map_err(|e| e.on(&scope.unit))?;
-        if let Some(job) = bus.stop(&scope.unit).map_err(|e| e.on(&scope.unit))? {
-            bus.wait_job(&job).map_err(|e| e.on(&scope.unit))?;
+    /// is fine. A unit that ends failed is reset, as runc does, so that
+    /// systemd forgets it.
+    pub(super) fn stop_unit(&self) -> Result<()> {
+        let unit = self.unit()?;
+        let on = |e: SdError| e.on(&unit.name);
+        let mut bus = Bus::connect(unit.instance).map_err(on)?;
+        if let Some(job) = bus.stop(&unit.name).map_err(on)? {
+            let result = bus.wait_job(&job).map_err(on)?;
+            if result != "done" {
+                crate::warn::warn(&format!("systemd's stop job for {} ended {result:?}; going on", unit.name));
+            }
         }
+        let _ = bus.reset_failed(&unit.name);
         Ok(())
     }
 }
 
-/// What is left of `r` for the cgroup's files once systemd has the
-/// properties: all of it (as runc writes it), but `cpu.shares`. libcgroups
-/// turns shares into cpu.weight by a newer formula than the CPUWeight runc
-/// gives systemd (1024 shares: 100, not 39); the file keeps systemd's.
-pub(super) fn for_files(r: &LinuxResources) -> LinuxResources {
-    let mut r = r.clone();
-    if let Some(mut cpu) = r.cpu().clone().filter(|c| c.shares().is_some()) {
-        cpu.set_shares(None);
-        r.set_cpu(Some(cpu));
+/// systemd has the unit active, at the cgroup the driver expects.
+fn check_started(bus: &mut Bus, unit: &Unit) -> Result<(), SdError> {
+    let state = bus.unit_property(&unit.name, "org.freedesktop.systemd1.Unit", "ActiveState")?;
+    if state != "active" {
+        let why = format!("it is {state:?} after its start job (see journalctl -u {})", unit.name);
+        return Err(SdError { op: "start", why });
     }
-    r
+    let iface = if unit.is_slice() { "org.freedesktop.systemd1.Slice" } else { "org.freedesktop.systemd1.Scope" };
+    let cg = bus.unit_property(&unit.name, iface, "ControlGroup")?;
+    if cg != unit.path {
+        let why = match unit.instance {
+            Instance::System => {
+                format!("systemd placed it at cgroup {cg}, not {}; is systemd in a cgroup namespace?", unit.path)
+            }
+            Instance::User => format!("the user's systemd placed it at cgroup {cg}, not {}", unit.path),
+        };
+        return Err(SdError { op: "place", why });
+    }
+    Ok(())
 }
 
-/// What every scope gets: runc's set, plus accounting so that systemd
-/// enables the controllers the limits need.
-fn base_props(scope: &Scope, id: &str, pid: Pid) -> Result<Vec<Prop>> {
-    use zbus::zvariant::Value;
+/// The limits and device rules as properties. The device rules are the
+/// ones the cgroup's own filter applies, in its order: the spec's, the
+/// allowances for `linux.devices`, then the default set.
+fn unit_props(r: &LinuxResources, devices: &[LinuxDevice]) -> Result<Vec<Prop>, SdError> {
+    let mut props = props::resources(r).map_err(|why| SdError { op: "convert linux.resources for", why })?;
+    let rules = super::limits::with_device_allows(r, devices).devices().clone().unwrap_or_default();
+    let defaults: Vec<_> = super::v1::default_rules().collect();
+    props.extend(devices::props(rules.iter().chain(&defaults)));
+    Ok(props)
+}
+
+/// What every unit gets: runc's set, plus accounting so that systemd
+/// enables the controllers the limits need. A scope goes in its slice with
+/// init in it; a slice wants its parent, and takes init afterwards.
+fn base_props(unit: &Unit, id: &str, pid: Pid) -> Result<Vec<Prop>> {
     let pid = u32::try_from(pid.as_raw()).map_err(|_| CgroupError::Path(format!("bad init pid {pid}")))?;
-    let mut props: Vec<Prop> = vec![
-        ("Description", Value::from(format!("tinyrun container {id}"))),
-        ("Slice", Value::from(scope.slice.clone())),
-        ("PIDs", Value::from(vec![pid])),
-        ("Delegate", Value::from(true)),
-        ("DefaultDependencies", Value::from(false)),
-    ];
-    for acct in ["MemoryAccounting", "CPUAccounting", "IOAccounting", "TasksAccounting"] {
-        props.push((acct, Value::from(true)));
+    let mut props: Vec<Prop> = vec![("Description", Value::Str(format!("tinyrun container {id}")))];
+    if unit.is_slice() {
+        props.push(("Wants", Value::Strs(vec![unit.slice.clone()])));
+    } else {
+        props.push(("Slice", Value::Str(unit.slice.clone())));
+        props.push(("Delegate", Value::Bool(true)));
+        props.push(("PIDs", Value::U32s(vec![pid])));
     }
+    for acct in ["MemoryAccounting", "CPUAccounting", "IOAccounting", "TasksAccounting"] {
+        props.push((acct, Value::Bool(true)));
+    }
+    props.push(("DefaultDependencies", Value::Bool(false)));
     Ok(props)
 }
 
@@ -196,33 +167,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn records_name_a_scope_in_a_slice() {
-        let s = Scope::parse("system.slice:tinyrun:ct1").unwrap();
-        assert_eq!((s.unit.as_str(), s.slice.as_str()), ("tinyrun-ct1.scope", "system.slice"));
-        assert_eq!(s.path, "/system.slice/tinyrun-ct1.scope");
-        assert_eq!(Scope::parse(":p:n").unwrap().path, "/system.slice/p-n.scope", "empty slice: system.slice");
-        assert_eq!(Scope::parse("a-b.slice:p:n").unwrap().path, "/a.slice/a-b.slice/p-n.scope");
-        assert_eq!(Scope::parse("-.slice:p:n").unwrap().path, "/p-n.scope");
-    }
-
-    #[test]
-    fn bad_records_are_refused_naming_the_path() {
-        for bad in
-            ["a:b", "x.slice:p:n.slice", "x:p:n", "a--b.slice:p:n", "-a.slice:p:n", "a/b.slice:p:n", "s.slice:p:"]
-        {
-            let e = Scope::parse(bad).unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{bad}: {e}");
+    fn a_scope_takes_init_and_delegation_and_a_slice_wants_its_parent() {
+        let names = |p: &[Prop]| p.iter().map(|(n, _)| *n).collect::<Vec<_>>();
+        let scope = Unit::parse("system.slice:tinyrun:c", None).unwrap();
+        let p = base_props(&scope, "c", Pid::from_raw(42)).unwrap();
+        assert!(p.contains(&("PIDs", Value::U32s(vec![42]))) && p.contains(&("Delegate", Value::Bool(true))));
+        assert!(p.contains(&("Slice", Value::Str("system.slice".into()))), "{:?}", names(&p));
+        let slice = Unit::parse("system.slice:tinyrun:system-c.slice", None).unwrap();
+        let p = base_props(&slice, "c", Pid::from_raw(42)).unwrap();
+        assert!(p.contains(&("Wants", Value::Strs(vec!["system.slice".into()]))), "{:?}", names(&p));
+        for absent in ["PIDs", "Delegate", "Slice"] {
+            assert!(!names(&p).contains(&absent), "a slice takes no {absent}: {:?}", names(&p));
         }
-        assert!(Scope::parse("s.slice:p:n.slice").unwrap_err().contains("slice unit"));
     }
 
     #[test]
-    fn the_files_get_all_but_the_shares() {
-        use oci_spec::runtime::{LinuxCpuBuilder, LinuxResourcesBuilder};
-        let cpu = LinuxCpuBuilder::default().shares(512u64).quota(1000i64).build().unwrap();
-        let r = LinuxResourcesBuilder::default().cpu(cpu).build().unwrap();
-        let files = for_files(&r);
-        let c = files.cpu().as_ref().unwrap();
-        assert_eq!((c.shares(), c.quota()), (None, Some(1000)));
+    fn device_rules_follow_the_cgroups_own_order_with_the_defaults_last() {
+        let r: LinuxResources = serde_json::from_value(serde_json::json!({
+            "devices": [{"allow": false, "access": "rwm"}, {"allow": true, "type": "c", "major": 1, "minor": 11, "access": "r"}]
+        }))
+        .unwrap();
+        let fuse: LinuxDevice =
+            serde_json::from_value(serde_json::json!({"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}))
+                .unwrap();
+        let p = unit_props(&r, &[fuse]).unwrap();
+        assert_eq!(p[0], ("DevicePolicy", Value::Str("strict".into())));
+        let Some((_, Value::Pairs(list))) = p.last() else { panic!("{p:?}") };
+        let has = |d: &str, perms: &str| list.contains(&(d.to_string(), perms.to_string()));
+        assert!(has("/dev/char/1:11", "r") && has("/dev/char/10:229", "rwm"), "{list:?}");
+        assert!(has("/dev/char/1:3", "rwm") && has("char-136", "rwm") && has("char-*", "m"), "defaults: {list:?}");
     }
 }

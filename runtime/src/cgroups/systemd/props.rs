@@ -3,10 +3,8 @@
 //! written to the cgroup's files afterwards; so are these, which keeps the
 //! files right should systemd lack a property.
 
+use super::wire::{Prop, Value};
 use oci_spec::runtime::LinuxResources;
-use zbus::zvariant::Value;
-
-use super::dbus::Prop;
 
 /// systemd's "infinity" for a u64 property.
 const INFINITY: u64 = u64::MAX;
@@ -18,10 +16,10 @@ pub(super) fn resources(r: &LinuxResources) -> Result<Vec<Prop>, String> {
     memory(r, &mut out)?;
     cpu(r, &mut out)?;
     if let Some(l) = r.pids().as_ref().map(|p| p.limit()).filter(|l| *l > 0 || *l == -1) {
-        out.push(("TasksMax", Value::from(limit(l))));
+        out.push(("TasksMax", Value::U64(limit(l))));
     }
     if let Some(w) = r.block_io().as_ref().and_then(|b| b.weight()).filter(|w| *w > 0) {
-        out.push(("IOWeight", Value::from(io_weight(w))));
+        out.push(("IOWeight", Value::U64(io_weight(w))));
     }
     Ok(out)
 }
@@ -30,14 +28,14 @@ fn memory(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
     let Some(m) = r.memory() else { return high(r, out) };
     let (limit_in, swap) = (m.limit().unwrap_or(0), m.swap().unwrap_or(0));
     if limit_in != 0 {
-        out.push(("MemoryMax", Value::from(limit(limit_in))));
+        out.push(("MemoryMax", Value::U64(limit(limit_in))));
     }
     if let Some(low) = m.reservation().filter(|l| *l != 0) {
-        out.push(("MemoryLow", Value::from(limit(low))));
+        out.push(("MemoryLow", Value::U64(limit(low))));
     }
     match swap_max(swap, limit_in)? {
         0 => {}
-        s => out.push(("MemorySwapMax", Value::from(limit(s)))),
+        s => out.push(("MemorySwapMax", Value::U64(limit(s)))),
     }
     high(r, out)
 }
@@ -49,28 +47,28 @@ fn high(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
         "max" => INFINITY,
         s => s.parse().map_err(|_| format!("linux.resources.unified[\"memory.high\"] {v:?} is not a number"))?,
     };
-    out.push(("MemoryHigh", Value::from(n)));
+    out.push(("MemoryHigh", Value::U64(n)));
     Ok(())
 }
 
 fn cpu(r: &LinuxResources, out: &mut Vec<Prop>) -> Result<(), String> {
     let Some(c) = r.cpu() else { return Ok(()) };
     if let Some(s) = c.shares().filter(|s| *s != 0) {
-        out.push(("CPUWeight", Value::from(cpu_weight(s))));
+        out.push(("CPUWeight", Value::U64(cpu_weight(s))));
     }
     let (quota, period) = (c.quota().unwrap_or(0), c.period().unwrap_or(0));
     if quota != 0 || period != 0 {
-        out.push(("CPUQuotaPerSecUSec", Value::from(quota_per_sec(quota, period))));
+        out.push(("CPUQuotaPerSecUSec", Value::U64(quota_per_sec(quota, period))));
     }
     if period != 0 {
-        out.push(("CPUQuotaPeriodUSec", Value::from(period)));
+        out.push(("CPUQuotaPeriodUSec", Value::U64(period)));
     }
     if let Some(cpus) = c.cpus().as_ref().filter(|s| !s.is_empty()) {
-        out.push(("AllowedCPUs", Value::from(bitmask(cpus).map_err(|e| format!("linux.resources.cpu.cpus: {e}"))?)));
+        out.push(("AllowedCPUs", Value::Bytes(bitmask(cpus).map_err(|e| format!("linux.resources.cpu.cpus: {e}"))?)));
     }
     if let Some(mems) = c.mems().as_ref().filter(|s| !s.is_empty()) {
         let mask = bitmask(mems).map_err(|e| format!("linux.resources.cpu.mems: {e}"))?;
-        out.push(("AllowedMemoryNodes", Value::from(mask)));
+        out.push(("AllowedMemoryNodes", Value::Bytes(mask)));
     }
     Ok(())
 }
@@ -98,9 +96,15 @@ fn swap_max(swap: i64, memory: i64) -> Result<i64, String> {
     Ok(swap - memory)
 }
 
-/// cpu.shares (2..262144) to CPUWeight (1..10000), as runc converts.
-pub(super) fn cpu_weight(shares: u64) -> u64 {
-    1 + (shares.clamp(2, 262_144) - 2) * 9999 / 262_142
+/// cpu.shares (2..262144) to CPUWeight (1..10000) by the mapping of runc
+/// 1.3.2 and later, the one libcgroups writes to cpu.weight: a quadratic in
+/// log2(shares) through (2, 1), (1024, 100) and (262144, 10000), so the
+/// default share is systemd's default weight. The older linear map gave
+/// 1024 shares 39, less than any service left at the default.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "clamped to a whole number in 1..10000")]
+fn cpu_weight(shares: u64) -> u64 {
+    let l = (shares.clamp(2, 262_144) as f64).log2();
+    10f64.powf((l * l + 125.0 * l) / 612.0 - 7.0 / 34.0).ceil().clamp(1.0, 10_000.0) as u64
 }
 
 /// blkio weight (10..1000) to IOWeight (1..10000), as runc converts.
@@ -151,7 +155,7 @@ mod tests {
         p.iter().map(|(n, _)| *n).collect()
     }
 
-    fn get<'a>(p: &'a [Prop], name: &str) -> &'a Value<'static> {
+    fn get<'a>(p: &'a [Prop], name: &str) -> &'a Value {
         &p.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("{name} missing: {:?}", names(p))).1
     }
 
@@ -172,19 +176,20 @@ mod tests {
             .build()
             .unwrap();
         let p = resources(&r).unwrap();
-        assert_eq!(get(&p, "MemoryMax"), &Value::from(64u64 << 20));
-        assert_eq!(get(&p, "MemorySwapMax"), &Value::from(32u64 << 20), "memory+swap less memory");
-        assert_eq!(get(&p, "TasksMax"), &Value::from(20u64));
-        assert_eq!(get(&p, "CPUQuotaPerSecUSec"), &Value::from(500_000u64));
-        assert_eq!(get(&p, "CPUQuotaPeriodUSec"), &Value::from(100_000u64));
-        assert_eq!(get(&p, "CPUWeight"), &Value::from(39u64));
-        assert_eq!(get(&p, "AllowedCPUs"), &Value::from(vec![0b1011u8]));
+        assert_eq!(get(&p, "MemoryMax"), &Value::U64(64 << 20));
+        assert_eq!(get(&p, "MemorySwapMax"), &Value::U64(32 << 20), "memory+swap less memory");
+        assert_eq!(get(&p, "TasksMax"), &Value::U64(20));
+        assert_eq!(get(&p, "CPUQuotaPerSecUSec"), &Value::U64(500_000));
+        assert_eq!(get(&p, "CPUQuotaPeriodUSec"), &Value::U64(100_000));
+        assert_eq!(get(&p, "CPUWeight"), &Value::U64(100));
+        assert_eq!(get(&p, "AllowedCPUs"), &Value::Bytes(vec![0b1011]));
         assert!(!names(&p).contains(&"MemoryLow"), "no reservation, no MemoryLow");
     }
 
     #[test]
     fn conversions_follow_runc() {
-        assert_eq!((cpu_weight(2), cpu_weight(1024), cpu_weight(262_144)), (1, 39, 10_000));
+        let weights = [1, 2, 512, 1024, 2048, 262_144, 1 << 20].map(cpu_weight);
+        assert_eq!(weights, [1, 1, 59, 100, 174, 10_000, 10_000], "runc 1.3.2's mapping, clamped");
         assert_eq!((io_weight(10), io_weight(500), io_weight(1000)), (1, 4950, 10_000));
         assert_eq!(quota_per_sec(12_345, 100_000), 130_000, "rounded up to whole percent");
         assert_eq!(quota_per_sec(-1, 100_000), INFINITY);
@@ -199,6 +204,6 @@ mod tests {
             .pids(LinuxPidsBuilder::default().limit(-1).build().unwrap())
             .build()
             .unwrap();
-        assert_eq!(get(&resources(&r).unwrap(), "TasksMax"), &Value::from(INFINITY));
+        assert_eq!(get(&resources(&r).unwrap(), "TasksMax"), &Value::U64(INFINITY));
     }
 }
