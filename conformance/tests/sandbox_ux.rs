@@ -58,7 +58,7 @@ fn one_object(o: &Out) -> Value {
     let text = o.stdout.trim();
     assert_eq!(text.lines().count(), 1, "--json must print exactly one JSON object on one line\n{o}");
     let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("--json output is not JSON ({e})\n{o}"));
-    assert_eq!(v["schema_version"], 1, "--json carries schema_version 1\n{o}");
+    assert_eq!(v["schema_version"], 2, "--json carries the schema version\n{o}");
     v
 }
 

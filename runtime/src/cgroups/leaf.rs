@@ -18,7 +18,9 @@
 //! leaf that could not go (its caller was killed, or its processes were
 //! still dying) is removed by the next leaf made in the same container:
 //! the caller holds a lock on its leaf's directory while it lives, so an
-//! unlocked leaf is no one's.
+//! unlocked leaf is no one's. Leaves are swept, made and locked under a
+//! lock on their parent, so a leaf is never seen unlocked between its
+//! making and its locking.
 
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, OwnedFd};
@@ -108,6 +110,13 @@ impl Leaf {
     /// Makes a new leaf under `parent` (a [`Cgroup::leaf_parent`]) and
     /// opens it for init; removes leaves no one holds.
     pub(crate) fn make(parent: &Path, v2: bool) -> Result<Leaf> {
+        // Sweep, make and lock under the parent's lock: otherwise a sweep
+        // by another caller could take a leaf made but not yet locked for
+        // no one's and remove it under its maker (concurrent execs in one
+        // container). Held for microseconds.
+        let parent_dir = std::fs::File::open(parent).map_err(io_err("open", parent))?;
+        let _making =
+            Flock::lock(parent_dir, FlockArg::LockExclusive).map_err(|(_, e)| io_err("lock", parent)(e.into()))?;
         sweep(parent);
         let dir = new_dir(parent)?;
         let made = (|| {
