@@ -19,12 +19,18 @@ const LOCK: &str = ".lock";
 pub(crate) fn lock(dir: &Path) -> Result<Flock<File>> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| Error::io("create", dir, e))?;
     let path = dir.join(LOCK);
-    let f = std::fs::OpenOptions::new()
+    let f = open_lock_file(&path)?;
+    Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| Error::io("lock", &path, e.into()))
+}
+
+/// Opens (making it if needed) a lock file only root may open: one that
+/// others could open, they could flock, and hold everyone else off.
+pub(crate) fn open_lock_file(path: &Path) -> Result<File> {
+    std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .mode(0o600)
-        .open(&path)
-        .map_err(|e| Error::io("open", &path, e))?;
-    Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| Error::io("lock", &path, e.into()))
+        .open(path)
+        .map_err(|e| Error::io("open", path, e))
 }

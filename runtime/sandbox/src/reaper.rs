@@ -11,7 +11,6 @@
 //! passed, or until the run is seen dead.
 
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -45,15 +44,9 @@ const TICK: Duration = Duration::from_millis(500);
 /// The caller is single-threaded (see `detach::fork`).
 pub(crate) fn ensure(root: &Path) -> Result<()> {
     let path = lock_file(root);
-    // 0600: a file others could open, they could flock, and keep the
-    // root from ever having a reaper.
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| Error::io("open", &path, e))?;
+    // Private: others holding it would keep the root from ever having a
+    // reaper.
+    let file = crate::lockdir::open_lock_file(&path)?;
     if !try_lock(&file).map_err(|e| Error::io("lock", &path, e))? {
         // Held: a reaper runs.
         return Ok(());
