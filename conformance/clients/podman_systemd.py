@@ -199,7 +199,9 @@ def _(env):
     properties (MemoryMax, CPUQuotaPerSecUSec, TasksMax), and in its cgroup
     files, read from the host and from inside. Then `podman update --memory
     --cpus --cpu-shares` (`RUNTIME --systemd-cgroup update --resources FILE
-    ID`) changes both (shares 512 are CPUWeight 20, runc's conversion)."""
+    ID`) changes both. Shares 512 are CPUWeight 59 by the conversion runc
+    (1.3.2 and later), crun (1.23 and later) and the cgroup v2 files use;
+    runc before 1.3.2 converted linearly, to 20, so runc may give either."""
     s = sd(env)
     n = "sd-limits"
     try:
@@ -230,9 +232,11 @@ def _(env):
         p["CPUQuotaPerSecUSec"] = usec(p.get("CPUQuotaPerSecUSec", "?"))
         for f in ("memory.max", "cpu.max", "cpu.weight", "pids.max"):
             p[f] = read(f"/sys/fs/cgroup{path}/{f}").strip()
-        want = {"MemoryMax": str(128 << 20), "CPUQuotaPerSecUSec": 1_500_000, "CPUWeight": "20",
+        weights = ("20", "59") if os.path.basename(env.runtime) == "runc" else ("59",)
+        weight = p.get("CPUWeight") if p.get("CPUWeight") in weights else weights[-1]
+        want = {"MemoryMax": str(128 << 20), "CPUQuotaPerSecUSec": 1_500_000, "CPUWeight": weight,
                 "TasksMax": "42", "memory.max": str(128 << 20), "cpu.max": "150000 100000",
-                "cpu.weight": "20", "pids.max": "42"}
+                "cpu.weight": weight, "pids.max": "42"}
         bad = {k: f"want {want[k]}, got {p.get(k)}" for k in want if p.get(k) != want[k]}
         check(not bad, f"after update: {bad}")
     finally:
