@@ -347,6 +347,39 @@ fn a_launched_box_ends_with_its_lifetime() {
     sb.assert_clean("a box whose reaper was killed");
 }
 
+/// A box terminated under a running `exec` takes the command with it: the exec ends as killed
+/// by SIGKILL (137; `"signal": "SIGKILL"` in the `--json` result), not with tinyrun's own 125 and
+/// nothing said, whichever of the box's init and the caller sees the end first.
+#[test]
+fn an_exec_whose_box_is_terminated_ends_killed() {
+    require_root!();
+    let sb = Sbx::new("sbx_exec_terminated");
+    for json in [false, true] {
+        let id = sb.launch(&[]);
+        let mut v = vec!["sandbox", "exec"];
+        if json {
+            v.push("--json");
+        }
+        v.extend([id.as_str(), "--", "sh", "-c", "touch /tmp/started; exec sleep 60"]);
+        let exec = sb.rt.spawn(&v);
+        wait_for("the command to start", 30, || sb.raw(&["exec", &id, "--", "test", "-e", "/tmp/started"]).ok());
+        let t = sb.raw(&["terminate", &id]);
+        assert!(t.ok(), "{t}");
+        let o = exec.wait();
+        saw(sb.name, format!("exec (json: {json}) in a box terminated under it: exit {:?}", o.code()));
+        // With --json the status is in the result, and tinyrun exits 0 once it has printed one.
+        assert_eq!(o.code(), Some(if json { 0 } else { 137 }), "killed with its box\n{o}");
+        if json {
+            let r = one_object(&o);
+            check_shape(&r, &o);
+            assert_eq!(r["signal"], "SIGKILL", "{o}");
+            assert_eq!(r["exit_code"], Value::Null, "{o}");
+            assert_eq!(r["timed_out"], false, "terminated, not timed out\n{o}");
+        }
+    }
+    sb.assert_clean("execs in terminated boxes");
+}
+
 /// Pool management: `pool fill --idle-lifetime`, `pool list` (idle boxes, their key, target and
 /// time left), `run --pool --json` saying `"pool": "hit"` and the pool refilled, `pool drain
 /// --all` emptying it and stopping refills, a miss saying `"pool": "miss"`; an idle box past its

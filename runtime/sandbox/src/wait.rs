@@ -276,7 +276,11 @@ pub(crate) fn finish(
     match ended {
         Some(Ended::Exited(code)) => res.exit_code = Some(code),
         Some(Ended::Signaled(sig)) => res.signal = Some(sig),
-        None => {}
+        // The box was killed under the command (its lifetime ended, or it
+        // was terminated) before its init could report: it died with the
+        // box, by SIGKILL. Never a result with neither, which reads as a
+        // failure of ours with nothing said.
+        None => res.signal = Some("SIGKILL".into()),
     }
     res.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     // A box whose lifetime ended meanwhile is gone, and its usage with it.
