@@ -106,8 +106,14 @@ const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
                  in hex); at most 64 distinct calls, the refusals of any others counted in syscalls_unlisted. \
                  limits: the counters of the box's cgroup that grew, pids_max (forks refused at --pids), \
                  memory_high, memory_max and memory_oom (cgroup v2; memory_max is memory.failcnt on v1), \
-                 oom_kills, cpu_throttled_periods and cpu_throttled_us. output_cut_bytes: bytes written beyond \
-                 --output-cap. exec's result has what was refused while its command ran, including refusals \
+                 oom_kills, cpu_throttled_periods and cpu_throttled_us. connections: with --network egress, the \
+                 destinations its rules rejected (the metadata address, the private ranges, the host's own \
+                 addresses, what --allow-host does not list), each {address, protocol (tcp, udp, icmp or the \
+                 number), port (tcp and udp), count (packets; a refused connection is one)}; at most 64 distinct \
+                 destinations, the first ones refused, the packets to any others counted in \
+                 connections_unlisted; IPv6 is not listed. network_unreachable: connections and datagrams that \
+                 failed for want of a route (ENETUNREACH), which without --network egress is every one off the \
+                 box. output_cut_bytes: bytes written beyond --output-cap. exec's result has what was refused while its command ran, including refusals \
                  of other commands running in the box then; the box's whole record is in list --format json \
                  and terminate --json. Without the seccomp filter (--no-seccomp) there is no syscalls entry.",
             ),
@@ -126,6 +132,18 @@ const SANDBOX_REFERENCE: &[(&str, &[Block])] = &[
  "stderr":{"text":"...PermissionError: [Errno 1] Operation not permitted\n","encoding":"utf-8","truncated":false},
  "refused":{"syscalls":[{"name":"ptrace","count":1,"arg":"request","values":["0x0"]},
   {"name":"ioctl","count":1,"arg":"request","values":["0x5412"]}]}}"#,
+            ),
+            Block::P(
+                "Example, refused connections: sandbox run --json --network egress -- python3 -c 'import \
+                 socket; socket.create_connection((\"169.254.169.254\", 80), timeout=3)' (an SSRF to the \
+                 metadata address: the connection is refused at once)",
+            ),
+            Block::Example(
+                r#"{"schema_version":2,"error":null,"exit_code":1,"signal":null,"timed_out":false,
+ "oom_killed":false,"duration_ms":1008,"cpu_ms":61,"peak_memory_bytes":5111808,
+ "stdout":{"text":"","encoding":"utf-8","truncated":false},
+ "stderr":{"text":"...OSError: [Errno 113] No route to host\n","encoding":"utf-8","truncated":false},
+ "refused":{"connections":[{"address":"169.254.169.254","protocol":"tcp","port":80,"count":1}]}}"#,
             ),
             Block::P("Example, exit: sandbox run --json -- sh -c 'echo hello; exit 3'"),
             Block::Example(

@@ -76,7 +76,7 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
         let watch = req.report_writes.as_deref().map(|d| crate::writes::watch(&bundle, d)).transpose()?;
         let mut io = Stdio::piped(req.capture, req.interactive)?;
         let how = Spawn { env: &req.env, kill_children: req.kill_children, deadline };
-        let recorded = recording(&rt, id, req.capture);
+        let recorded = recording(root, &rt, id, req.capture);
         let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
         let mut res = finish(&rt, id, child, started, deadline, &mut io, req.output_cap, Scope::Command, recorded)?;
@@ -89,11 +89,13 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     not_run_as_result(result, req.capture, started)
 }
 
-/// The limits box `id` had hit before a command, when its result is
-/// captured: the command's result has those it hits.
-fn recording(rt: &Runtime, id: &str, capture: bool) -> Watch {
-    let limits_before = capture.then(|| rt.peek(id).ok().map(|c| c.limits_hit())).flatten().unwrap_or_default();
-    Watch { refusals: None, limits_before }
+/// The limits box `id` had hit and its network record before a command,
+/// when its result is captured: the command's result has what grew.
+fn recording(root: &Path, rt: &Runtime, id: &str, capture: bool) -> Watch {
+    let Some(c) = capture.then(|| rt.peek(id).ok()).flatten() else { return Watch::default() };
+    let net = crate::net::NetWatch::open(root, id, c.pid());
+    let before = net.read();
+    Watch { refusals: None, limits_before: c.limits_hit(), net: Some((net, before)) }
 }
 
 /// How [`spawn_in`] starts a command.
@@ -192,7 +194,7 @@ pub(crate) fn run_in_pooled(
         let mut io = Stdio::piped(capture, opts.interactive)?;
         let deadline = started + opts.timeout;
         let how = Spawn { env: &opts.env, kill_children: false, deadline };
-        let recorded = recording(&rt, id, capture);
+        let recorded = recording(root, &rt, id, capture);
         let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
         let res = finish(&rt, id, child, started, deadline, &mut io, opts.output_cap, Scope::Box, recorded)?;

@@ -76,7 +76,7 @@ pub use options::{
     parse_duration, parse_size, CopyIn, Preset, SandboxOptions, DEFAULT_CGROUP_PARENT, DEFAULT_COPY_LIMIT, MIN_MEMORY,
 };
 pub use pool::{drain as pool_drain, list as pool_list, take as pool_take, PoolBox};
-pub use refused::{of_box as refused, Refused, RefusedSyscall};
+pub use refused::{of_box as refused, Refused, RefusedConnection, RefusedSyscall};
 pub use result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
 pub use teardown::terminate;
 pub use writes::{Writes, Written};

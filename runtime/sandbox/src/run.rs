@@ -37,8 +37,10 @@ pub(crate) fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
         io.started();
         let pid = Pid::from_raw(c.pid());
         make::egress(root, &id, c.pid(), opts)?;
-        // We answer the box's refused calls from here on.
-        let recorded = Watch { refusals: c.refusals(), ..Watch::default() };
+        // We answer the box's refused calls from here on. Its network
+        // record starts empty: the box is new.
+        let net = capture.then(|| (crate::net::NetWatch::open(root, &id, c.pid()), Default::default()));
+        let recorded = Watch { refusals: c.refusals(), net, ..Watch::default() };
         c.start()?;
         drop(c);
         let rt = layout::runtime(root);

@@ -79,6 +79,9 @@ pub(crate) struct Watch {
     pub(crate) refusals: Option<tinyrun::RefusalListener>,
     /// The box's limits hit before the command started.
     pub(crate) limits_before: tinyrun::LimitsHit,
+    /// With a captured result: where the box's network record is read,
+    /// and the record before the command started.
+    pub(crate) net: Option<(crate::net::NetWatch, crate::net::NetRefusals)>,
 }
 
 /// Waits for `child` until `deadline`, taking its output from `io` into
@@ -293,7 +296,8 @@ pub(crate) fn finish(
             calls.merge(p.refused());
         }
         let limits = c.limits_hit().since(&watch.limits_before);
-        res.refused = Refused::of(&calls, limits, res.stdout.cut.saturating_add(res.stderr.cut));
+        let net = watch.net.as_ref().map(|(w, before)| w.read().since(before)).unwrap_or_default();
+        res.refused = Refused::of(&calls, limits, &net, res.stdout.cut.saturating_add(res.stderr.cut));
     }
     Ok(res)
 }

@@ -306,8 +306,11 @@ mod link;
 mod netlink;
 mod nft;
 pub(crate) mod pod;
+mod record;
 mod records;
 mod rules;
+
+pub(crate) use record::{Destination, NetRefusals, NetWatch};
 
 use forward::Host;
 use link::{in_netns, Route};
@@ -457,7 +460,7 @@ mod tests {
         let pos = |s: &str| text.find(s).unwrap_or_else(|| panic!("{s} not in {text}"));
         let (resolver, metadata, allowed) = (
             "egress: meta NfProto; == 02; payload Network+16/4; == 0a000035",
-            "& ffff0000; == a9fe0000; reject",
+            "& ffff0000; == a9fe0000; Jump(\"refuse\")",
             "== c633640a",
         );
         assert!(pos(resolver) < pos(metadata), "the named resolver comes before the refused ranges");

@@ -207,8 +207,13 @@ impl Writer {
 
 /// The attributes of a message past its netlink header and `fixed` bytes
 /// of family header: (type without flags, payload).
-pub(super) fn attrs(msg: &[u8], fixed: usize) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut rest = msg.get(HEADER + fixed..).unwrap_or_default();
+pub(super) fn attrs(msg: &[u8], fixed: usize) -> impl Iterator<Item = (u16, &[u8])> + Clone {
+    nested(msg.get(HEADER + fixed..).unwrap_or_default())
+}
+
+/// The attributes a nested attribute's payload holds.
+pub(super) fn nested(payload: &[u8]) -> impl Iterator<Item = (u16, &[u8])> + Clone {
+    let mut rest = payload;
     std::iter::from_fn(move || {
         if rest.len() < 4 {
             return None;

@@ -86,6 +86,54 @@ fn then(mut m: Vec<Expr>, last: Expr) -> Vec<Expr> {
 
 const ACCEPT: Expr = Expr::Verdict(Verdict::Accept);
 const DROP: Expr = Expr::Verdict(Verdict::Drop);
+/// What the box is refused goes through [`refuse_chain`], which records
+/// it and rejects it.
+const REFUSE: Expr = Expr::Verdict(Verdict::Jump(REFUSE_CHAIN));
+const REFUSE_CHAIN: &str = "refuse";
+
+/// The set of the box's table that records what it was refused, keyed by
+/// `ip daddr . meta l4proto . th dport` (0 for a protocol without ports),
+/// with a counter per element; the kernel adds no element past
+/// [`RECORDED`], so a flood of destinations can't grow it.
+pub(super) const RECORD_SET: &str = "refused";
+/// The named counter of the refusals the full set could not record.
+pub(super) const UNLISTED_COUNTER: &str = "unlisted";
+/// The most destinations recorded per box, the first ones refused.
+pub(super) const RECORDED: u32 = 64;
+
+/// nft's datatype for the key, so `nft list` shows it: ipv4_addr (7),
+/// inet_proto (12), inet_service (13), concatenated 6 bits apart.
+const RECORD_KEY_TYPE: u32 = (((7 << 6) | 12) << 6) | 13;
+
+/// The chain every refusal of the box's table jumps to: anything but IPv4
+/// is rejected unrecorded (the key is an IPv4 address, and a box's IPv6
+/// neighbour discovery is no attempt of its own); an IPv4 packet counts on
+/// its destination's element of [`RECORD_SET`], or, when the set is full
+/// and has none for it, on [`UNLISTED_COUNTER`]; each is rejected. A rule
+/// whose `update` fails (the set full) goes no further, so the next one
+/// still rejects: a full record never lets a packet through.
+fn refuse_chain() -> Vec<Vec<Expr>> {
+    let l4 = |cmp: fn(Vec<u8>) -> Expr, p: u8| [Expr::Meta(Meta::L4Proto), cmp(vec![p])];
+    // The key: the address in register 1, the protocol in the next 32
+    // bits, the port (or `port`) in the next.
+    let record = |proto: &[Expr], port: Expr| -> Vec<Expr> {
+        let mut r = proto.to_vec();
+        r.extend(addr(16));
+        r.push(Expr::At(9, Box::new(Expr::Meta(Meta::L4Proto))));
+        r.extend([Expr::At(10, Box::new(port)), Expr::CountIn(RECORD_SET), Expr::Reject]);
+        r
+    };
+    let dport = || Expr::Payload { base: nft::Base::Transport, offset: 2, len: 2 };
+    let (tcp, udp) = (l4(Expr::Eq, TCP), l4(Expr::Eq, UDP));
+    let other = [l4(Expr::Ne, TCP), l4(Expr::Ne, UDP)].concat();
+    vec![
+        vec![Expr::Meta(Meta::NfProto), Expr::Ne(vec![NFPROTO_IPV4]), Expr::Reject],
+        record(&tcp, dport()),
+        record(&udp, dport()),
+        record(&other, Expr::Imm(vec![0; 4])),
+        vec![Expr::Counter(UNLISTED_COUNTER), Expr::Reject],
+    ]
+}
 
 /// The whole transaction that sets up box `n`'s table: all of it or none.
 /// A table of the same name already there is an error (ids are new, and a
@@ -110,17 +158,28 @@ pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[All
         chain("input", Some(("filter", nft::NF_INET_LOCAL_IN, -10))),
         chain("forward", Some(("filter", nft::NF_INET_FORWARD, -10))),
         chain("egress", None),
+        chain(REFUSE_CHAIN, None),
         chain("postrouting", Some(("nat", nft::NF_INET_POST_ROUTING, 100))),
+        Cmd::AddSet {
+            family,
+            table: table.clone(),
+            name: RECORD_SET,
+            fields: vec![4, 1, 2],
+            key_type: RECORD_KEY_TYPE,
+            size: RECORDED,
+        },
+        Cmd::AddCounter { family, table: table.clone(), name: UNLISTED_COUNTER },
     ];
     let mut rules: Vec<(&'static str, Vec<Expr>)> = Vec::new();
     if let Some(d) = dns {
         rules.extend(resolver(iifname(&n.host), d).into_iter().map(|r| ("input", r)));
     }
-    rules.push(("input", then(iifname(&n.host), Expr::Reject)));
+    rules.push(("input", then(iifname(&n.host), REFUSE)));
     rules.push(("forward", then(iifname(&n.host), Expr::Verdict(Verdict::Jump("egress")))));
     rules.push(("forward", then([oifname(&n.host), reply()].concat(), ACCEPT)));
     rules.push(("forward", then(oifname(&n.host), DROP)));
     rules.extend(egress_rules(link, dns, allow).into_iter().map(|r| ("egress", r)));
+    rules.extend(refuse_chain().into_iter().map(|r| (REFUSE_CHAIN, r)));
     let not_back = ifname(Meta::OifName, &n.host, true, Expr::Ne);
     rules.push(("postrouting", then([saddr(link.addr), not_back].concat(), Expr::Masquerade)));
     cmds.extend(rules.into_iter().map(|(chain, exprs)| Cmd::AddRule { family, table: table.clone(), chain, exprs }));
@@ -136,14 +195,15 @@ fn resolver(pre: Vec<Expr>, d: Ipv4Addr) -> Vec<Vec<Expr>> {
 /// dropped (so fc00::/7 and fe80::/10 too), and so is a source address not
 /// the box's own; port 53 of the named resolver is accepted; every refused
 /// range is rejected; then, with an allowlist, only what it names passes.
-/// Rejected rather than dropped: a refused connection fails at once.
+/// Rejected rather than dropped: a refused connection fails at once; and
+/// recorded ([`refuse_chain`]).
 pub(super) fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Vec<Expr>> {
     let mut rules =
         vec![vec![Expr::Meta(Meta::NfProto), Expr::Ne(vec![NFPROTO_IPV4]), DROP], then(saddr_not(link.addr), DROP)];
     if let Some(d) = dns {
         rules.extend(resolver(Vec::new(), d));
     }
-    rules.extend(REFUSED.iter().map(|&(addr, len)| then(daddr_in(Cidr { addr, len }), Expr::Reject)));
+    rules.extend(REFUSED.iter().map(|&(addr, len)| then(daddr_in(Cidr { addr, len }), REFUSE)));
     if !allow.is_empty() {
         for a in allow {
             match a.port {
@@ -151,7 +211,7 @@ pub(super) fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed])
                 None => rules.push(then(daddr(a.addr), ACCEPT)),
             }
         }
-        rules.push(vec![Expr::Reject]);
+        rules.push(vec![REFUSE]);
     }
     rules
 }
@@ -194,4 +254,70 @@ pub(super) fn pod_ruleset(table: &str, dns: &[Ipv4Addr], node: &[Ipv4Addr], allo
     let table = table.to_string();
     cmds.extend(rules.into_iter().map(|exprs| Cmd::AddRule { family, table: table.clone(), chain: "output", exprs }));
     cmds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules_of(cmds: &[Cmd], chain: &str) -> Vec<String> {
+        let line = |exprs: &Vec<Expr>| exprs.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+        cmds.iter()
+            .filter_map(|c| match c {
+                Cmd::AddRule { chain: ch, exprs, .. } if *ch == chain => Some(line(exprs)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// As `nft --debug=netlink` shows the refuse chain's rules, e.g. `meta l4proto tcp update @refused
+    /// { ip daddr . meta l4proto . th dport counter } reject`: `meta load l4proto => reg 1; cmp eq reg 1
+    /// 0x06; meta load nfproto => reg 1; cmp eq reg 1 0x02; payload load 4b @ network header + 16 => reg 1;
+    /// meta load l4proto => reg 9; payload load 2b @ transport header + 2 => reg 10; dynset update reg_key 1
+    /// set refused expr [ counter ]; reject type 2 code 3`.
+    #[test]
+    fn every_refusal_is_recorded_then_rejected() {
+        let n = names("x");
+        let link = link_of(u32::from(Ipv4Addr::new(169, 254, 64, 0)));
+        let allow = [Allowed { addr: Ipv4Addr::new(198, 51, 100, 10), port: None }];
+        let cmds = ruleset(&n, link, None, &allow);
+        let refuse = rules_of(&cmds, REFUSE_CHAIN);
+        let key = "meta NfProto; == 02; payload Network+16/4; meta L4Proto => reg 9";
+        assert_eq!(
+            refuse,
+            [
+                "meta NfProto; != 02; reject".to_string(),
+                format!("meta L4Proto; == 06; {key}; payload Transport+2/2 => reg 10; update @refused counter; reject"),
+                format!("meta L4Proto; == 11; {key}; payload Transport+2/2 => reg 10; update @refused counter; reject"),
+                format!(
+                    "meta L4Proto; != 06; meta L4Proto; != 11; {key}; immediate 00000000 => reg 10; update @refused \
+                     counter; reject"
+                ),
+                "counter name unlisted; reject".to_string(),
+            ]
+        );
+        // Nothing else in the table rejects on its own: every refusal is recorded.
+        for chain in ["input", "forward", "egress"] {
+            for r in rules_of(&cmds, chain) {
+                assert!(!r.ends_with("reject"), "{chain}: {r}");
+            }
+        }
+        let egress = rules_of(&cmds, "egress");
+        assert_eq!(egress.last().map(String::as_str), Some("Jump(\"refuse\")"), "the allowlist's end: {egress:?}");
+        assert_eq!(egress.iter().filter(|r| r.ends_with("Jump(\"refuse\")")).count(), REFUSED.len() + 1);
+        let set = cmds.iter().find_map(|c| match c {
+            Cmd::AddSet { name, fields, size, key_type, .. } => Some((*name, fields.clone(), *size, *key_type)),
+            _ => None,
+        });
+        assert_eq!(
+            set,
+            Some((RECORD_SET, vec![4, 1, 2], RECORDED, 29453)),
+            "nft's ipv4_addr . inet_proto . inet_service"
+        );
+        assert!(cmds.contains(&Cmd::AddCounter {
+            family: Family::Inet,
+            table: n.table.clone(),
+            name: UNLISTED_COUNTER
+        }));
+    }
 }
