@@ -90,7 +90,7 @@ impl User {
     }
 
     fn command(&self, path: &str, args: &[&str]) -> Command {
-        let mut c = Command::new("setpriv");
+        let mut c = Command::new("/usr/bin/setpriv");
         c.args(["--reuid", &self.uid.to_string(), "--regid", &self.gid.to_string(), "--clear-groups", "--"])
             .arg(&self.bin)
             .arg("sandbox")
@@ -311,13 +311,14 @@ fn missing_pieces_are_named_with_what_to_install() {
         return;
     }
     let u = User::new("e", true);
+    // PATH without newuidmap, on the first command (later ones join its namespace): the error
+    // names the package.
+    let (ok, _, err) = u.sandbox_with_path("/nonexistent", &["run", BE, "--", "/usr/bin/true"]);
+    assert!(!ok && err.contains("newuidmap") && err.contains("apt-get install uidmap"), "{err}");
     let v = u.run_json(&["--", "true"]);
     let e = v["error"].as_str().unwrap_or_default();
     assert!(e.contains("no cgroup v2") && e.contains("--limits best-effort"), "limits refused by name: {v}");
     assert!(v["exit_code"].is_null(), "nothing ran: {v}");
-    // PATH without newuidmap: the error names the package.
-    let (ok, _, err) = u.sandbox_with_path("/nonexistent", &["run", BE, "--", "/usr/bin/true"]);
-    assert!(!ok && err.contains("newuidmap") && err.contains("apt-get install uidmap"), "{err}");
     let v = u.run_json(&[BE, "--network", "egress", "--allow-host", "1.1.1.1", "--", "true"]);
     assert!(v["error"].as_str().unwrap_or_default().contains("--network egress"), "{v}");
     u.assert_nothing_left();

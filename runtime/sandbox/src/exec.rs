@@ -159,7 +159,6 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio)
 
 /// An interactive shell in sandbox `id`, on a terminal; returns its status.
 pub fn shell(root: &Path, id: &str) -> Result<i32> {
-    let (rt, _, _touch) = crate::expiry::live_box(root, id)?;
     if crate::unprivileged::active() {
         // A terminal comes with `exec`, which joins the box's namespaces
         // through its init's /proc files: those are the host root's.
@@ -167,6 +166,7 @@ pub fn shell(root: &Path, id: &str) -> Result<i32> {
             "sandbox shell: not available to an ordinary user yet; use `tinyrun sandbox exec -i {id} -- sh -i`"
         )));
     }
+    let (rt, _, _touch) = crate::expiry::live_box(root, id)?;
     let c = rt.load(id)?;
     let process = box_process(&c, &["/bin/sh".to_string()], &[], true)?;
     Ok(c.exec(&ExecOptions {

@@ -131,7 +131,8 @@ pub(crate) fn mount_scratch(dir: &Path, size: u64, ids: BoxIds, kind: RootKind) 
     for (name, owner, mode) in dirs {
         let p = scratch.join(name);
         std::fs::create_dir(&p).map_err(|e| Error::io("create", &p, e))?;
-        let owner = ids.host(*owner);
+        // A box of one id (no subordinate range) has no user 1000 yet.
+        let owner = if *owner < ids.size { ids.host(*owner) } else { ids.root };
         std::os::unix::fs::chown(&p, Some(owner), Some(owner)).map_err(|e| Error::io("chown", &p, e))?;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).map_err(|e| Error::io("chmod", &p, e))?;
     }
