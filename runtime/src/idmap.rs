@@ -214,6 +214,122 @@ fn run_helper(pid: Pid, maps: &[LinuxIdMapping], kind: Kind) -> Result<()> {
     )))
 }
 
+/// The user namespace [`enter_own`] made and entered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnUserns {
+    /// How many subordinate ids it maps from `at` on (0: only the
+    /// caller's own id, as 0).
+    pub subordinate: u32,
+}
+
+/// Makes a user namespace that maps the caller's uid and gid to 0 and, if
+/// `/etc/subuid` and `/etc/subgid` give it ranges, as many of those ids as
+/// both have from id `at` on (through `newuidmap`/`newgidmap`), and moves
+/// this process into it as its root: every id it then writes or maps is
+/// one of the caller's own. Without a range, only the caller's id is
+/// mapped (and `setgroups` is denied, as the kernel wants for that map).
+///
+/// # Preconditions
+/// The caller is single-threaded (the kernel moves no other process into a
+/// user namespace), and not root of the initial user namespace.
+pub fn enter_own(at: u32) -> Result<OwnUserns> {
+    let count = |k: Kind| -> Result<u64> { Ok(owned_ranges(k)?.iter().skip(1).map(|(_, c)| c).sum()) };
+    let total = count(Kind::Uid)?.min(count(Kind::Gid)?).min(u64::from(u32::MAX - at));
+    let subordinate = u32::try_from(total).unwrap_or(0);
+    if let Some(kind) = [Kind::Uid, Kind::Gid].into_iter().find(|k| subordinate > 0 && helper_path(*k).is_none()) {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "{} gives this user subordinate ids, but mapping them needs the set-uid helper {}, which is not on PATH: \
+             install it (Debian: apt-get install uidmap)",
+            kind.subid_file(),
+            kind.helper()
+        )));
+    }
+    let ns = sys::userns_held("the caller's own user namespace", |pid| -> Result<_> {
+        if subordinate == 0 {
+            write_file(pid, "setgroups", "deny")?;
+            write_file(pid, "uid_map", &format!("0 {} 1", Kind::Uid.own()))?;
+            write_file(pid, "gid_map", &format!("0 {} 1", Kind::Gid.own()))?;
+        } else {
+            for kind in [Kind::Uid, Kind::Gid] {
+                let maps = own_maps(&owned_ranges(kind)?, at, subordinate);
+                run_helper(pid, &maps, kind)?;
+            }
+        }
+        Ok(sys::open_userns(pid)?)
+    })?;
+    become_root_of(&ns)?;
+    Ok(OwnUserns { subordinate })
+}
+
+/// Moves this process into the user namespace [`enter_own`] made for
+/// process `pid` (which must still be in it, and started at `start`, in
+/// clock ticks after boot as /proc/<pid>/stat gives it), as its root: so
+/// every command of one caller works in one namespace, the one its boxes'
+/// own are children of (only there may it signal and join them).
+///
+/// # Preconditions
+/// As for [`enter_own`].
+pub fn join_own(pid: i32, start: u64, at: u32) -> Result<OwnUserns> {
+    let ns = sys::open_userns(nix::unistd::Pid::from_raw(pid))?;
+    // The fd is of the process we mean only if that process still runs.
+    if crate::state::proc_start_time(pid) != Some((start, false)) {
+        return Err(RuntimeError::NotFound(format!("process {pid} that held the caller's user namespace")));
+    }
+    become_root_of(&ns)?;
+    let map =
+        std::fs::read_to_string("/proc/self/uid_map").map_err(|e| RuntimeError::io("read", "/proc/self/uid_map", e))?;
+    let subordinate = map
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            (f.len() == 3 && f[0] >= u64::from(at)).then(|| f[2])
+        })
+        .sum::<u64>();
+    Ok(OwnUserns { subordinate: u32::try_from(subordinate).unwrap_or(u32::MAX) })
+}
+
+/// Enters user namespace `ns` as its root (see [`enter_own`]).
+fn become_root_of(ns: &std::os::fd::OwnedFd) -> Result<()> {
+    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| SysError::new("setns CLONE_NEWUSER", "the caller's own user namespace", e))?;
+    // Root of the namespace in every id, and none of the caller's groups
+    // (they would show as the overflow gid), unless setgroups is denied
+    // (a map of the caller's id alone), which leaves nothing to drop.
+    nix::unistd::setresgid(0.into(), 0.into(), 0.into()).map_err(|e| SysError::new("setresgid", "0", e))?;
+    nix::unistd::setresuid(0.into(), 0.into(), 0.into()).map_err(|e| SysError::new("setresuid", "0", e))?;
+    let setgroups = std::fs::read_to_string("/proc/self/setgroups").unwrap_or_default();
+    if setgroups.trim() == "allow" {
+        nix::unistd::setgroups(&[]).map_err(|e| SysError::new("setgroups", "[]", e))?;
+    }
+    // Gaining the namespace's capabilities made us non-dumpable, which
+    // gives our /proc files to the host's root: we could no longer open
+    // them (init conceals its command line through /proc/self/mem), nor
+    // could the next command join us here. We are the caller's own
+    // process, dumpable as it was.
+    nix::sys::prctl::set_dumpable(true).map_err(|e| SysError::new("prctl PR_SET_DUMPABLE", "1", e))?;
+    Ok(())
+}
+
+/// The map of [`enter_own`]: the caller's own id (first of `owned`) at 0,
+/// then `count` ids of its other ranges, in order, from `at` on.
+fn own_maps(owned: &[(u64, u64)], at: u32, count: u32) -> Vec<LinuxIdMapping> {
+    let build = |c: u64, h: u64, s: u64| {
+        let (c, h, s) = (u32::try_from(c).ok()?, u32::try_from(h).ok()?, u32::try_from(s).ok()?);
+        oci_spec::runtime::LinuxIdMappingBuilder::default().container_id(c).host_id(h).size(s).build().ok()
+    };
+    let mut out: Vec<LinuxIdMapping> = owned.first().and_then(|(own, _)| build(0, *own, 1)).into_iter().collect();
+    let (mut next, end) = (u64::from(at), u64::from(at) + u64::from(count));
+    for (start, size) in owned.iter().skip(1) {
+        let take = (*size).min(end - next);
+        if take == 0 {
+            break;
+        }
+        out.extend(build(next, *start, take));
+        next += take;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +337,16 @@ mod tests {
 
     fn map(c: u32, h: u32, s: u32) -> LinuxIdMapping {
         LinuxIdMappingBuilder::default().container_id(c).host_id(h).size(s).build().unwrap()
+    }
+
+    #[test]
+    fn own_maps_put_the_caller_at_0_and_its_ranges_from_at() {
+        let owned = [(1001, 1), (100_000, 3000), (200_000, 65_536)];
+        assert_eq!(
+            own_maps(&owned, 4096, 10_000),
+            vec![map(0, 1001, 1), map(4096, 100_000, 3000), map(7096, 200_000, 7000)]
+        );
+        assert_eq!(own_maps(&owned[..1], 4096, 0), vec![map(0, 1001, 1)]);
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub use cgroups::LimitsHit;
 pub use env::{check as check_env, merge as merge_env, prepare as prepare_env, InvalidEnv};
 pub use error::{CgroupError, InitError, MountCall, Object, Reason, Result, RuntimeError, SysError};
 pub use exe::reexec_sealed;
+pub use idmap::{enter_own as enter_own_user_namespace, join_own as join_own_user_namespace, OwnUserns};
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
     check_id, load_process, Container, ContainerState, CreateOptions, ExecOptions, Init, ProcessOverrides, Resident,

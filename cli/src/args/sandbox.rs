@@ -142,11 +142,20 @@ pub(crate) struct SandboxSizeArgs {
     /// loosen: run without the seccomp allowlist
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub no_seccomp: bool,
-    /// the cgroup each box's own cgroup is made under (an absolute cgroup path)
+    /// the cgroup each box's own cgroup is made under (an absolute cgroup path; for an ordinary user, below the
+    /// cgroup v2 subtree delegated to it)
     #[arg(long, value_name = "PATH", default_value = "/tinyrun-sandbox")]
     pub cgroup_parent: String,
+    /// for an ordinary user without a delegated cgroup v2 subtree (a cgroup v1 host, no systemd user instance):
+    /// enforced refuses the box, naming what is missing; best-effort makes it with the rlimits that still apply
+    /// (RLIMIT_NPROC, RLIMIT_AS, RLIMIT_DATA, RLIMIT_FSIZE, RLIMIT_CPU, at most the caller's hard limits), and each
+    /// --json result says "limits": "best-effort" with the lists limits_applied and limits_not_applied. Root's
+    /// boxes always have their cgroup
+    #[arg(long, value_name = "MODE", default_value = "enforced", value_parser = ["enforced", "best-effort"])]
+    pub limits: String,
     /// the pool of host ids each box gets 65536 of its own from: FIRST:COUNT, multiples of 65536, decimal or 0x hex
-    /// (default 1879048192:268304384, i.e. 0x70000000 up to 0x7FFE0000)
+    /// (default 1879048192:268304384, i.e. 0x70000000 up to 0x7FFE0000). An ordinary user's boxes take 4096 each
+    /// from its /etc/subuid and /etc/subgid ranges instead
     #[arg(long, value_name = "FIRST:COUNT", env = "TINYRUN_SANDBOX_ID_RANGE")]
     pub id_range: Option<String>,
 }

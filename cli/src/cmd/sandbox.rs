@@ -2,7 +2,8 @@ use std::io::Write;
 use std::path::Path;
 
 use tinyrun_sandbox::{
-    self as sandbox, parse_duration, parse_size, CopyIn, ExecRequest, IdRange, Preset, SandboxOptions, SandboxResult,
+    self as sandbox, parse_duration, parse_size, CopyIn, ExecRequest, IdRange, LimitsMode, Preset, SandboxOptions,
+    SandboxResult,
 };
 
 use crate::args::{ListFormat, SandboxCommand, SandboxFilesArgs, SandboxPoolCommand, SandboxRunArgs, SandboxSizeArgs};
@@ -13,7 +14,10 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         SandboxCommand::Exec(a) => a.json,
         _ => false,
     };
-    match dispatch(root, c) {
+    // An ordinary user's sandbox runs in a user namespace of its own, as
+    // its root; this process is still single-threaded here.
+    let entered = sandbox::enter_unprivileged(root).map_err(anyhow::Error::from);
+    match entered.and_then(|_| dispatch(root, c)) {
         Ok(code) => Ok(code),
         // The runtime asks to be run again from a sealed binary: main does
         // that, and this command's output comes from the second run.
@@ -276,6 +280,7 @@ fn options(a: &SandboxSizeArgs) -> anyhow::Result<SandboxOptions> {
         o.tmpfs_size = parse_size(t).map_err(|e| anyhow::anyhow!("--tmpfs-size: {e}"))?;
     }
     o.cgroup_parent = a.cgroup_parent.clone();
+    o.limits = if a.limits == "best-effort" { LimitsMode::BestEffort } else { LimitsMode::Enforced };
     o.rootfs = a.rootfs.as_deref().map(super::absolute);
     o.bundle = a.bundle.as_deref().map(super::absolute);
     o.image = a.image.as_deref().map(super::absolute);

@@ -125,10 +125,9 @@ impl BoxFs {
         let text = std::fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
         let bad = |why: &str| Error::InvalidSpec(format!("{}: {why}", path.display()));
         let v: Value = serde_json::from_slice(&text).map_err(|e| bad(&e.to_string()))?;
-        let base = v
-            .pointer("/linux/uidMappings/0/hostID")
-            .and_then(Value::as_u64)
-            .and_then(|b| u32::try_from(b).ok())
+        let ids = v
+            .pointer("/linux/uidMappings")
+            .and_then(crate::ids::BoxIds::from_map)
             .ok_or_else(|| bad("no uid mapping"))?;
         let root_path = bundle.join(v.pointer("/root/path").and_then(Value::as_str).ok_or_else(|| bad("no root"))?);
         // The config spells paths as the --root of the command that made
@@ -154,7 +153,7 @@ impl BoxFs {
         let id = |p: &str| v.pointer(p).and_then(Value::as_u64).and_then(|b| u32::try_from(b).ok());
         let (uid, gid) =
             (id("/process/user/uid").unwrap_or(SANDBOX_UID), id("/process/user/gid").unwrap_or(SANDBOX_UID));
-        let user = (base + uid, base + gid);
+        let user = (ids.host(uid), ids.host(gid));
         Ok(BoxFs { user, mounts, root, root_writable, scratch })
     }
 

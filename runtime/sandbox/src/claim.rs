@@ -106,7 +106,7 @@ pub(crate) fn take(root: &Path, id: &str, deadline_ms: u64) -> Result<bool> {
 
 /// Field 22 of `/proc/PID/stat`, the process's start time; `None` if no
 /// such process.
-fn start_time(pid: i32) -> Option<u64> {
+pub(crate) fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The name (field 2) may hold spaces and parentheses: count from the
     // last ')'. Field 3 is the first after it.

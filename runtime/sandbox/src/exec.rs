@@ -84,7 +84,7 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
         if lifetime.is_some_and(|l| started.elapsed() >= l) && res.signal.is_some() {
             res.timed_out = true;
         }
-        with_writes(res, watch)
+        with_writes(res, watch, &bundle)
     })();
     not_run_as_result(result, req.capture, started)
 }
@@ -161,6 +161,13 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio)
 
 /// An interactive shell in sandbox `id`, on a terminal; returns its status.
 pub fn shell(root: &Path, id: &str) -> Result<i32> {
+    if crate::unprivileged::active() {
+        // A terminal comes with `exec`, which joins the box's namespaces
+        // through its init's /proc files: those are the host root's.
+        return Err(Error::InvalidArgument(format!(
+            "sandbox shell: not available to an ordinary user yet; use `tinyrun sandbox exec -i {id} -- sh -i`"
+        )));
+    }
     let (rt, _, _touch) = crate::expiry::live_box(root, id)?;
     let c = rt.load(id)?;
     let process = box_process(&c, &["/bin/sh".to_string()], &[], true)?;
@@ -190,7 +197,8 @@ pub(crate) fn run_in_pooled(
     let started = Instant::now();
     let _signals = Interrupts::block()?;
     let result = (|| {
-        let watch = crate::make::files_in(&layout::bundle(root, id), opts)?;
+        let bundle = layout::bundle(root, id);
+        let watch = crate::make::files_in(&bundle, opts)?;
         let mut io = Stdio::piped(capture, opts.interactive)?;
         let deadline = started + opts.timeout;
         let how = Spawn { env: &opts.env, kill_children: false, deadline };
@@ -198,7 +206,7 @@ pub(crate) fn run_in_pooled(
         let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
         let res = finish(&rt, id, child, started, deadline, &mut io, opts.output_cap, Scope::Box, recorded)?;
-        with_writes(res, watch)
+        with_writes(res, watch, &bundle)
     })();
     not_run_as_result(result, capture, started)
 }

@@ -34,6 +34,56 @@ pub(crate) const BLOCK: u32 = 65_536;
 /// ids 0..65535) to the box's own range of host ids (the rest of this module).
 pub(crate) const SANDBOX_UID: u32 = 1000;
 
+/// The host ids of one box: its id `n` is host id `base + n`, except its
+/// root (id 0), which is host id `root`: `base` for root's boxes, the
+/// caller itself for an ordinary user's (module `unprivileged`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BoxIds {
+    pub(crate) base: u32,
+    /// Ids 0 to `size - 1` are mapped.
+    pub(crate) size: u32,
+    pub(crate) root: u32,
+}
+
+impl BoxIds {
+    /// A root-made box's ids: a whole block of its own.
+    pub(crate) fn block(base: u32) -> BoxIds {
+        BoxIds { base, size: BLOCK, root: base }
+    }
+
+    /// The host id of the box's id `n`.
+    pub(crate) fn host(&self, n: u32) -> u32 {
+        if n == 0 {
+            self.root
+        } else {
+            self.base + n
+        }
+    }
+
+    /// `linux.uidMappings` (and `gidMappings`) of the box.
+    pub(crate) fn map(&self) -> serde_json::Value {
+        if self.root == self.base {
+            return serde_json::json!([{"containerID": 0, "hostID": self.base, "size": self.size}]);
+        }
+        let mut m = vec![serde_json::json!({"containerID": 0, "hostID": self.root, "size": 1})];
+        if self.size > 1 {
+            m.push(serde_json::json!({"containerID": 1, "hostID": self.base + 1, "size": self.size - 1}));
+        }
+        serde_json::Value::Array(m)
+    }
+
+    /// The ids of a box from its `linux.uidMappings`, as [`BoxIds::map`]
+    /// wrote them.
+    pub(crate) fn from_map(map: &serde_json::Value) -> Option<BoxIds> {
+        let field = |i: usize, f: &str| map.get(i)?.get(f)?.as_u64().and_then(|v| u32::try_from(v).ok());
+        let root = field(0, "hostID")?;
+        match field(1, "hostID") {
+            Some(next) => Some(BoxIds { base: next.checked_sub(1)?, size: field(1, "size")? + 1, root }),
+            None => Some(BoxIds { base: root, size: field(0, "size")?, root }),
+        }
+    }
+}
+
 /// Where the records live under the runtime root.
 const DIR: &str = "sandbox-ids";
 
@@ -127,6 +177,8 @@ pub(crate) struct Allocator {
     dir: PathBuf,
     /// The files whose ranges are never used (`/etc/subuid`, `/etc/subgid`).
     reserved: Vec<PathBuf>,
+    /// Ids per box.
+    block: u32,
 }
 
 impl Allocator {
@@ -137,7 +189,14 @@ impl Allocator {
     }
 
     pub(crate) fn with_reserved(root: &Path, reserved: Vec<PathBuf>) -> Allocator {
-        Allocator { dir: root.join(DIR), reserved }
+        Allocator { dir: root.join(DIR), reserved, block: BLOCK }
+    }
+
+    /// The allocator of an ordinary user's boxes: blocks of `block` of the
+    /// ids its own user namespace maps, which are all its own (no file to
+    /// keep clear of).
+    pub(crate) fn unprivileged(root: &Path, block: u32) -> Allocator {
+        Allocator { dir: root.join(DIR), reserved: Vec::new(), block }
     }
 
     fn lock(&self) -> Result<Flock<File>> {
@@ -177,22 +236,30 @@ impl Allocator {
     pub(crate) fn allocate(&self, pool: IdRange, id: &str, alive: &dyn Fn(&str) -> bool) -> Result<u32> {
         let _lock = self.lock()?;
         let live = self.live(alive)?;
-        let mut taken: Vec<(u64, u64)> = live.iter().map(|(f, _)| (u64::from(*f), u64::from(BLOCK))).collect();
+        let block = u64::from(self.block);
+        let mut taken: Vec<(u64, u64)> = live.iter().map(|(f, _)| (u64::from(*f), block)).collect();
         for file in &self.reserved {
             taken.extend(subordinate_ranges(file)?);
         }
         let end = u64::from(pool.first) + u64::from(pool.count);
         let free = (u64::from(pool.first)..end)
-            .step_by(BLOCK as usize)
-            .find(|f| !taken.iter().any(|t| overlaps((*f, u64::from(BLOCK)), *t)))
+            .step_by(self.block as usize)
+            .find(|f| *f + block <= end && !taken.iter().any(|t| overlaps((*f, block), *t)))
             .and_then(|f| u32::try_from(f).ok());
         let Some(first) = free else {
+            let remedy = if self.reserved.is_empty() {
+                "; terminate sandboxes, or ask for a larger range in /etc/subuid and /etc/subgid".to_string()
+            } else {
+                format!(
+                    " or listed in {}; terminate sandboxes or choose another pool with --id-range",
+                    self.reserved.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" or ")
+                )
+            };
             return Err(Error::InvalidState(format!(
-                "no free host id range for sandbox {id}: each of the {} blocks of 65536 ids in the pool {} is in \
-                 use or listed in {}; terminate sandboxes or choose another pool with --id-range",
-                pool.count / BLOCK,
+                "no free host id range for sandbox {id}: each of the {} blocks of {} ids in the pool {} is in use{remedy}",
+                pool.count / self.block,
+                self.block,
                 pool,
-                self.reserved.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" or ")
             )));
         };
         let path = self.dir.join(first.to_string());
@@ -337,6 +404,33 @@ mod tests {
             .collect();
         assert_eq!(names, vec![(DEFAULT_FIRST + BLOCK).to_string()]);
         assert_eq!(a.allocate(POOL, "new", &alive).unwrap(), DEFAULT_FIRST);
+    }
+
+    #[test]
+    fn box_ids_round_trip_through_their_map() {
+        let root_made = BoxIds::block(DEFAULT_FIRST);
+        assert_eq!(root_made.map(), serde_json::json!([{"containerID": 0, "hostID": DEFAULT_FIRST, "size": BLOCK}]));
+        let own = BoxIds { base: 8192, size: 4096, root: 0 };
+        assert_eq!((own.host(0), own.host(1000)), (0, 9192));
+        assert_eq!(
+            own.map(),
+            serde_json::json!([{"containerID": 0, "hostID": 0, "size": 1}, {"containerID": 1, "hostID": 8193, "size": 4095}])
+        );
+        let single = BoxIds { base: 0, size: 1, root: 0 };
+        for ids in [root_made, own, single] {
+            assert_eq!(BoxIds::from_map(&ids.map()), Some(ids));
+        }
+    }
+
+    #[test]
+    fn an_unprivileged_pool_is_cut_in_its_own_blocks() {
+        let t = tempfile::tempdir().unwrap();
+        let a = Allocator::unprivileged(t.path(), 4096);
+        let pool = IdRange { first: 4096, count: 2 * 4096 };
+        assert_eq!(a.allocate(pool, "a", ALL).unwrap(), 4096);
+        assert_eq!(a.allocate(pool, "b", ALL).unwrap(), 8192);
+        let e = a.allocate(pool, "c", ALL).unwrap_err().to_string();
+        assert!(e.contains("2 blocks of 4096 ids") && e.contains("/etc/subuid"), "{e}");
     }
 
     #[test]

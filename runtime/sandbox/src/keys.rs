@@ -70,6 +70,10 @@ pub struct PoolOptions {
     pub id_range: String,
     /// `--idle-lifetime`, in seconds.
     pub idle_lifetime_s: f64,
+    /// `--limits best-effort` (an ordinary user's boxes without a
+    /// delegated cgroup); absent in records written before it.
+    #[serde(default)]
+    pub best_effort: bool,
 }
 
 impl PoolOptions {
@@ -101,6 +105,7 @@ impl PoolOptions {
             cgroup_parent: o.cgroup_parent.clone(),
             id_range: o.host_ids.to_string(),
             idle_lifetime_s: o.lifetime.unwrap_or(DEFAULT_IDLE_LIFETIME).as_secs_f64(),
+            best_effort: o.limits == crate::options::LimitsMode::BestEffort,
         }
     }
 
@@ -133,6 +138,11 @@ impl PoolOptions {
             cgroup_parent: self.cgroup_parent.clone(),
             host_ids: self.id_range.parse()?,
             lifetime: Some(Duration::try_from_secs_f64(self.idle_lifetime_s).unwrap_or(DEFAULT_IDLE_LIFETIME)),
+            limits: if self.best_effort {
+                crate::options::LimitsMode::BestEffort
+            } else {
+                crate::options::LimitsMode::Enforced
+            },
             ..SandboxOptions::default()
         })
     }

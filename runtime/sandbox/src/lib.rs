@@ -40,6 +40,7 @@ mod image;
 mod keys;
 mod layout;
 mod lifetime;
+mod limits;
 mod lockdir;
 mod make;
 mod net;
@@ -56,6 +57,7 @@ mod stdio;
 mod storage;
 mod teardown;
 mod tombstone;
+mod unprivileged;
 mod wait;
 mod writes;
 
@@ -71,14 +73,17 @@ pub use expiry::{extend, list};
 pub use ids::IdRange;
 pub use keys::{PoolOptions, DEFAULT_IDLE_LIFETIME};
 pub use lifetime::{DEFAULT_IDLE_TIMEOUT, DEFAULT_LIFETIME};
+pub use limits::Report as LimitsReport;
 pub use net::{parse_dns, AllowHost, Cidr, Egress};
 pub use options::{
-    parse_duration, parse_size, CopyIn, Preset, SandboxOptions, DEFAULT_CGROUP_PARENT, DEFAULT_COPY_LIMIT, MIN_MEMORY,
+    parse_duration, parse_size, CopyIn, LimitsMode, Preset, SandboxOptions, DEFAULT_CGROUP_PARENT, DEFAULT_COPY_LIMIT,
+    MIN_MEMORY,
 };
 pub use pool::{drain as pool_drain, list as pool_list, take as pool_take, PoolBox};
 pub use refused::{of_box as refused, Refused, RefusedConnection, RefusedSyscall};
 pub use result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
 pub use teardown::terminate;
+pub use unprivileged::{enter as enter_unprivileged, mode as unprivileged_mode, Mode as UserMode};
 pub use writes::{Writes, Written};
 
 /// Runs `cmd` in a fresh sandbox and removes it. With `capture`, output is

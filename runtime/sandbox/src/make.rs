@@ -13,7 +13,7 @@ use tinyrun::{Container, Init, RuntimeError, Supervised};
 
 use crate::boxlock::{self, BoxLock};
 use crate::error::{Error, Result};
-use crate::ids::Allocator;
+use crate::ids::{Allocator, BoxIds};
 use crate::layout;
 use crate::lifetime::DEFAULT_LIFETIME;
 use crate::options::SandboxOptions;
@@ -31,9 +31,11 @@ fn box_controllers() -> Option<Vec<String>> {
 }
 
 /// Makes box `id`'s bundle dir and gives the box a range of host ids of its
-/// own; returns its first host id. The dir comes first, so the range is
-/// never seen as belonging to a box that doesn't exist.
-pub(crate) fn provision(root: &Path, id: &str, opts: &SandboxOptions) -> Result<u32> {
+/// own; returns them. The dir comes first, so the range is never seen as
+/// belonging to a box that doesn't exist. An ordinary user's box takes its
+/// range from the user's own ids (module `unprivileged`), and shares the
+/// user's single id where that is all it has.
+pub(crate) fn provision(root: &Path, id: &str, opts: &SandboxOptions) -> Result<BoxIds> {
     use std::os::unix::fs::DirBuilderExt;
     // Searchable, not listable: a box's root walks through it to its
     // bundle (mounted over with the box's own tmpfs, see `storage`).
@@ -48,7 +50,16 @@ pub(crate) fn provision(root: &Path, id: &str, opts: &SandboxOptions) -> Result<
         .mode(0o700)
         .create(&bundle)
         .map_err(|e| Error::io("create sandbox bundle", &bundle, e))?;
-    Allocator::new(root).allocate(opts.host_ids, id, &layout::box_exists(root))
+    let alive = layout::box_exists(root);
+    match crate::unprivileged::pool() {
+        None => Allocator::new(root).allocate(opts.host_ids, id, &alive).map(BoxIds::block),
+        Some(pool) if pool.count == 0 => Ok(BoxIds { base: 0, size: 1, root: 0 }),
+        Some(pool) => {
+            let block = crate::unprivileged::BLOCK;
+            let base = Allocator::unprivileged(root, block).allocate(pool, id, &alive)?;
+            Ok(BoxIds { base, size: block, root: 0 })
+        }
+    }
 }
 
 /// Creates the container of box `id`, whose bundle is written, with
@@ -65,6 +76,7 @@ pub(crate) fn create(root: &Path, id: &str, opts: &SandboxOptions, stdio: [i32; 
         init,
         // What the box tried and was refused goes into its results.
         record_refusals: !opts.no_seccomp,
+        rootless_cgroups: crate::unprivileged::active(),
     };
     Ok(layout::runtime(root).create_supervised(id, layout::bundle(root, id), &how)?)
 }
@@ -99,9 +111,9 @@ pub(crate) fn launch(root: &Path, opts: &SandboxOptions, prefix: &str) -> Result
     // Held until the box runs (or is removed again).
     let lock = boxlock::lock(root, &id)?;
     let made = (|| -> Result<()> {
-        let host_id = provision(root, &id, opts)?;
+        let ids = provision(root, &id, opts)?;
         let forever = SandboxOptions { timeout: Duration::MAX, ..opts.clone() };
-        spec::write_bundle(&bundle, &id, &forever, spec::Program::Exactly(&idle), host_id)?;
+        spec::write_bundle(&bundle, &id, &forever, spec::Program::Exactly(&idle), ids)?;
         crate::copy::copy_ins(&bundle, &opts.copy_in, opts.copy_limit)?;
         let null = Path::new("/dev/null");
         let devnull =

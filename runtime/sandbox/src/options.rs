@@ -41,6 +41,19 @@ impl std::str::FromStr for Preset {
     }
 }
 
+/// `--limits`: what an ordinary user's box does where no cgroup v2 subtree
+/// is delegated to the user (module `limits`); root's boxes always have
+/// their cgroup.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LimitsMode {
+    /// Refuse the box, naming what is missing (the default).
+    #[default]
+    Enforced,
+    /// Make it with the rlimits that apply, and list in each result what
+    /// was and was not applied.
+    BestEffort,
+}
+
 /// Everything a sandbox is made from.
 #[derive(Debug, Clone)]
 pub struct SandboxOptions {
@@ -104,6 +117,8 @@ pub struct SandboxOptions {
     pub cgroup_parent: String,
     /// `-i`: the command gets our stdin (otherwise /dev/null).
     pub interactive: bool,
+    /// `--limits`.
+    pub limits: LimitsMode,
 }
 
 /// The cgroup boxes go under unless `--cgroup-parent` says otherwise.
@@ -155,6 +170,7 @@ impl SandboxOptions {
             idle_timeout: None,
             cgroup_parent: DEFAULT_CGROUP_PARENT.to_string(),
             interactive: false,
+            limits: LimitsMode::Enforced,
         }
     }
 
@@ -221,6 +237,26 @@ impl SandboxOptions {
             return bad(format!(
                 "invalid --cgroup-parent {p:?}: use an absolute cgroup path such as {DEFAULT_CGROUP_PARENT}, \
                  without . or .. components"
+            ));
+        }
+        self.check_unprivileged()
+    }
+
+    /// What an ordinary user's box can't have yet, refused by name.
+    fn check_unprivileged(&self) -> Result<()> {
+        if !crate::unprivileged::active() {
+            return Ok(());
+        }
+        if self.image.is_some() {
+            return Err(Error::InvalidArgument(
+                "--image: not available to an ordinary user yet (its layers need id-mapped mounts); use --rootfs, \
+                 or run as root"
+                    .into(),
+            ));
+        }
+        if self.egress.is_some() {
+            return Err(Error::InvalidArgument(
+                "--network egress: not available to an ordinary user yet; its box has loopback only".into(),
             ));
         }
         Ok(())

@@ -8,7 +8,8 @@
 //!   /etc/passwd and /etc/group (module `passwd`), and a named user gets
 //!   its supplementary groups from /etc/group. A numeric user not in
 //!   /etc/passwd gets group 0, as docker gives it. `root` is uid 0 even in
-//!   an image without /etc/passwd. Ids must fit the box's 65536; uid 0 is
+//!   an image without /etc/passwd. Ids must fit the box's range (65536 ids,
+//!   4096 for an ordinary user's box, 1 without subordinate ids); uid 0 is
 //!   the root of the box's own user namespace, without capabilities.
 //! - Working directory: the image's `WorkingDir`, else /work.
 //! - Command: the image's `Entrypoint` followed by the given command, or
@@ -28,7 +29,7 @@ use nix::fcntl::OFlag;
 use tinyrun::tree::Tree;
 
 use crate::error::{Error, Result};
-use crate::ids::{BLOCK, SANDBOX_UID};
+use crate::ids::SANDBOX_UID;
 use crate::image::Config;
 use crate::passwd;
 
@@ -46,11 +47,11 @@ pub(crate) struct User {
 }
 
 /// A box's root as the host sees it: a file of the box's id `n` shows as
-/// host id `base + n`.
+/// host id `ids.host(n)`.
 #[derive(Clone, Copy)]
 pub(crate) struct BoxRoot<'a> {
     pub(crate) tree: &'a Tree,
-    pub(crate) base: u32,
+    pub(crate) ids: crate::ids::BoxIds,
 }
 
 /// The user the box runs as (see the module doc), its names looked up in
@@ -59,6 +60,11 @@ pub(crate) struct BoxRoot<'a> {
 pub(crate) fn user(requested: Option<&str>, config: Option<&Config>, root: Option<BoxRoot<'_>>) -> Result<User> {
     let image_user = config.and_then(|c| c.user.as_deref());
     let Some(spec) = requested.or(image_user) else {
+        // A box that maps one id (an ordinary user without subordinate
+        // ids) has no other user to run as.
+        if root.is_some_and(|r| r.ids.size == 1) {
+            return Ok(User { uid: 0, gid: 0, groups: Vec::new(), home: None, from_image: false });
+        }
         let home = match root {
             Some(r) => {
                 let entry = passwd::users(r.tree)?.into_iter().find(|u| u.uid == SANDBOX_UID);
@@ -104,8 +110,10 @@ pub(crate) fn user(requested: Option<&str>, config: Option<&Config>, root: Optio
         Some(u) => groups.iter().filter(|g| g.gid != gid && g.members.contains(&u.name)).map(|g| g.gid).collect(),
         None => Vec::new(),
     };
-    if let Some(id) = [uid, gid].iter().chain(&extra).find(|id| **id >= BLOCK) {
-        return Err(bad(format!("id {id} is outside the box's ids 0 to {}", BLOCK - 1)));
+    let size = root.ids.size;
+    if let Some(id) = [uid, gid].iter().chain(&extra).find(|id| **id >= size) {
+        let why = if size == 1 { " (only the caller's own id: no range in /etc/subuid, /etc/subgid)" } else { "" };
+        return Err(bad(format!("id {id} is outside the box's ids 0 to {}{why}", size - 1)));
     }
     let home = entry.and_then(|u| own_dir(root, &u.home, uid));
     Ok(User { uid, gid, groups: extra, home, from_image })
@@ -117,7 +125,7 @@ fn own_dir(root: BoxRoot<'_>, dir: &str, uid: u32) -> Option<String> {
     let p = Path::new(dir);
     let fd = root.tree.open_in(p, OFlag::O_PATH | OFlag::O_DIRECTORY).ok().filter(|_| p.is_absolute())?;
     let st = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).ok()?;
-    (st.st_uid == root.base + uid).then(|| dir.to_string())
+    (st.st_uid == root.ids.host(uid)).then(|| dir.to_string())
 }
 
 /// The command the box runs: the image's `Entrypoint` followed by `given`,
@@ -217,29 +225,31 @@ mod tests {
             "root:x:0:\nstaff:x:50:app\napp:x:1002:\nwheel:x:10:root,app\n",
             &["/home/app"],
         );
-        let u = user(Some("app"), None, Some(BoxRoot { tree: &r, base: 0 })).unwrap();
+        let u = user(Some("app"), None, Some(BoxRoot { tree: &r, ids: crate::ids::BoxIds::block(0) })).unwrap();
         let home = nix::unistd::geteuid().is_root().then_some("/home/app");
         assert_eq!((u.uid, u.gid, u.groups.clone(), u.home.as_deref()), (1001, 1002, vec![50, 10], home));
         assert!(!u.from_image);
         let img = Config { user: Some("app:staff".into()), ..Config::default() };
-        let u = user(None, Some(&img), Some(BoxRoot { tree: &r, base: 0 })).unwrap();
+        let u = user(None, Some(&img), Some(BoxRoot { tree: &r, ids: crate::ids::BoxIds::block(0) })).unwrap();
         assert_eq!((u.uid, u.gid, u.from_image), (1001, 50, true));
         assert_eq!(
-            user(Some("root"), Some(&img), Some(BoxRoot { tree: &r, base: 0 })).unwrap().uid,
+            user(Some("root"), Some(&img), Some(BoxRoot { tree: &r, ids: crate::ids::BoxIds::block(0) })).unwrap().uid,
             0,
             "--user wins over the image's"
         );
-        let u = user(Some("4242"), None, Some(BoxRoot { tree: &r, base: 0 })).unwrap();
+        let u = user(Some("4242"), None, Some(BoxRoot { tree: &r, ids: crate::ids::BoxIds::block(0) })).unwrap();
         assert_eq!((u.uid, u.gid, u.home), (4242, 0, None), "an unknown numeric user gets group 0, as in docker");
-        let d = user(None, None, Some(BoxRoot { tree: &r, base: 0 })).unwrap();
+        let d = user(None, None, Some(BoxRoot { tree: &r, ids: crate::ids::BoxIds::block(0) })).unwrap();
         assert_eq!((d.uid, d.gid, d.home), (1000, 1000, None), "the default user; /home/user does not exist");
         for (bad, says) in [("nobody-here", "no user"), ("app:nogroup", "no group"), ("70000", "outside")] {
-            let e = user(Some(bad), None, Some(BoxRoot { tree: &r, base: 0 })).unwrap_err().to_string();
+            let e = user(Some(bad), None, Some(BoxRoot { tree: &r, ids: crate::ids::BoxIds::block(0) }))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("--user") && e.contains(says), "{bad}: {e}");
         }
         let (_t, empty) = root_with("", "", &[]);
         assert_eq!(
-            user(Some("root"), None, Some(BoxRoot { tree: &empty, base: 0 })).unwrap().uid,
+            user(Some("root"), None, Some(BoxRoot { tree: &empty, ids: crate::ids::BoxIds::block(0) })).unwrap().uid,
             0,
             "root needs no /etc/passwd"
         );

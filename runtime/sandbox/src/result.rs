@@ -105,6 +105,11 @@ pub struct SandboxResult {
     /// results only); absent when nothing was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<crate::refused::Refused>,
+    /// An ordinary user's box: `limits` (`"enforced"` or `"best-effort"`),
+    /// with best-effort `limits_applied` and `limits_not_applied`, and
+    /// `ids` (`"caller-only"`) when the box maps only the caller's id.
+    #[serde(flatten)]
+    pub limits: Option<crate::limits::Report>,
 }
 
 impl Default for SandboxResult {
@@ -124,6 +129,7 @@ impl Default for SandboxResult {
             pool: None,
             writes: None,
             refused: None,
+            limits: None,
         }
     }
 }
@@ -180,8 +186,14 @@ pub(crate) fn not_run_as_result(r: Result<SandboxResult>, capture: bool, started
     }
 }
 
-/// `res` with what `--report-writes` saw, if it watched.
-pub(crate) fn with_writes(mut res: SandboxResult, watch: Option<crate::writes::Watch>) -> Result<SandboxResult> {
+/// `res` with what `--report-writes` saw, if it watched, and how the box
+/// whose bundle dir is `bundle` is limited, if an ordinary user made it.
+pub(crate) fn with_writes(
+    mut res: SandboxResult,
+    watch: Option<crate::writes::Watch>,
+    bundle: &std::path::Path,
+) -> Result<SandboxResult> {
     res.writes = watch.map(crate::writes::Watch::report).transpose()?;
+    res.limits = crate::limits::report(bundle);
     Ok(res)
 }

@@ -29,8 +29,8 @@ pub(crate) fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
     // Held until the box is removed: the garbage collection leaves it.
     let lock = crate::boxlock::lock(root, &id)?;
     let result = (|| {
-        let host_id = make::provision(root, &id, opts)?;
-        spec::write_bundle(&bundle, &id, opts, spec::Program::Command(cmd), host_id)?;
+        let ids = make::provision(root, &id, opts)?;
+        spec::write_bundle(&bundle, &id, opts, spec::Program::Command(cmd), ids)?;
         let watch = make::files_in(&bundle, opts)?;
         let mut io = Stdio::direct(capture, opts.interactive)?;
         let mut c = make::create(root, &id, opts, io.fds(), Init::Program)?;
@@ -46,7 +46,7 @@ pub(crate) fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
         let rt = layout::runtime(root);
         let deadline = started + opts.timeout;
         let res = finish(&rt, &id, Child::Own(pid), started, deadline, &mut io, opts.output_cap, Scope::Box, recorded)?;
-        with_writes(res, watch)
+        with_writes(res, watch, &bundle)
     })();
     let result = not_run_as_result(result, capture, started);
     let cleanup = crate::teardown::remove_box(root, &id, &lock);

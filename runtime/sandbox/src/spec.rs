@@ -6,8 +6,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::ids::{BLOCK, SANDBOX_UID};
+use crate::ids::{BoxIds, SANDBOX_UID};
 use crate::image::{self, Config, Source};
+use crate::limits::{self, Plan as Limits};
 use crate::options::SandboxOptions;
 use crate::process::{self, BoxRoot, User};
 use crate::storage::{self, Lower, RootKind};
@@ -120,45 +121,53 @@ fn plan(opts: &SandboxOptions, scratch: &Path) -> Result<Plan> {
 }
 
 /// Writes `dir/config.json` (and the box's root at `dir/rootfs`) for box
-/// `id`, whose ids inside map to host ids `host_id..host_id + 65536`.
+/// `id`, whose ids inside map to host ids `ids`.
 pub(crate) fn write_bundle(
     dir: &Path,
     id: &str,
     opts: &SandboxOptions,
     program: Program<'_>,
-    host_id: u32,
+    ids: BoxIds,
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(io("create sandbox bundle", dir))?;
     let Plan { root, mut mounts } = plan(opts, &dir.join(storage::SCRATCH))?;
     let kind = root.kind();
-    storage::mount_bundle(dir, opts.tmpfs_size, host_id)?;
+    let limits = limits::plan(opts)?;
+    storage::mount_bundle(dir, opts.tmpfs_size, ids.root)?;
+    match &limits {
+        Limits::Cgroup { parent } => limits::prepare(parent)?,
+        Limits::Rlimits { .. } => {}
+    }
+    if let Some(report) = limits::Report::of(&limits) {
+        limits::keep(dir, &report)?;
+    }
     if let Some(dns) = opts.egress.as_ref().and_then(|e| e.dns) {
         // The box's resolver, whatever root it has: a file of ours on top.
         let conf = dir.join("resolv.conf");
         std::fs::write(&conf, crate::net::resolv_conf(dns)).map_err(io("write", &conf))?;
         mounts.push(bind_ro(&conf, "/etc/resolv.conf"));
     }
-    storage::mount_scratch(dir, opts.tmpfs_size, host_id, kind)?;
-    let (rootfs, config) = make_root(dir, root, opts, host_id)?;
+    storage::mount_scratch(dir, opts.tmpfs_size, ids, kind)?;
+    let (rootfs, config) = make_root(dir, root, opts, ids)?;
     let tree = Tree::open_one_mount(&rootfs)?;
-    let user = process::user(opts.user.as_deref(), config.as_ref(), Some(BoxRoot { tree: &tree, base: host_id }))?;
-    storage::box_dirs(dir, &rootfs, kind, host_id, (user.uid, user.gid))?;
+    let user = process::user(opts.user.as_deref(), config.as_ref(), Some(BoxRoot { tree: &tree, ids }))?;
+    storage::box_dirs(dir, &rootfs, kind, ids, (user.uid, user.gid))?;
     if opts.egress.as_ref().is_some_and(|e| e.dns.is_some()) {
-        crate::net::resolv_conf_mountpoint(&rootfs, kind != RootKind::Skeleton, host_id)?;
+        crate::net::resolv_conf_mountpoint(&rootfs, kind != RootKind::Skeleton, ids.root)?;
     }
     // Made here, as the host's root, the way runc makes mount points: the
     // box's own root can't create them in a root filesystem it doesn't own.
     mountpoints(&rootfs, &mounts)?;
-    reachable(&rootfs, host_id)?;
+    reachable(&rootfs, ids.root)?;
     let p = box_process(opts, config.as_ref(), kind, user, program)?;
-    let spec = spec_json(id, &rootfs, opts, &p, mounts, host_id, kind)?;
+    let spec = spec_json(id, &rootfs, opts, &p, mounts, (ids, &limits), kind)?;
     let bytes = serde_json::to_vec(&spec).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     write_private(&dir.join("config.json"), &bytes)
 }
 
 /// Makes the box's root in its bundle dir `dir`; returns its path and, for
 /// an image layout, the image's config.
-fn make_root(dir: &Path, root: Root, opts: &SandboxOptions, host_id: u32) -> Result<(PathBuf, Option<Config>)> {
+fn make_root(dir: &Path, root: Root, opts: &SandboxOptions, ids: BoxIds) -> Result<(PathBuf, Option<Config>)> {
     match root {
         Root::Given(r) => Ok((storage::mount_overlay(dir, Lower::Host(&r))?, None)),
         Root::Skeleton(links) => {
@@ -171,7 +180,7 @@ fn make_root(dir: &Path, root: Root, opts: &SandboxOptions, host_id: u32) -> Res
             let cache_size = opts.image_cache_size.unwrap_or_else(|| image::default_cache_size(state));
             let target = image::Target { root: state, bundle: dir, limits: image::Limits::default(), cache_size };
             let img = image::prepare(&src, &target)?;
-            let lower = Lower::Mapped { dir: &img.dir, layers: &img.layers, base: host_id };
+            let lower = Lower::Mapped { dir: &img.dir, layers: &img.layers, base: ids.base };
             Ok((storage::mount_overlay(dir, lower)?, img.config))
         }
     }
@@ -245,7 +254,8 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
     // Parsed into the spec and written out again, it would be most of the
     // work of every `run --pool`.
     let unfiltered = SandboxOptions { no_seccomp: true, ..opts.clone() };
-    let mut spec = spec_json("", &root, &unfiltered, &p, mounts, 0, kind)?;
+    let plan = Limits::Cgroup { parent: opts.cgroup_parent.clone() };
+    let mut spec = spec_json("", &root, &unfiltered, &p, mounts, (BoxIds::block(0), &plan), kind)?;
     for field in PER_BOX {
         if let Some(v) = spec.pointer_mut(field) {
             *v = Value::Null;
@@ -254,7 +264,7 @@ pub(crate) fn isolation_digest(opts: &SandboxOptions) -> Result<String> {
     // cgroupsPath is per box; where it goes is not.
     let egress = opts.egress.as_ref().map(|e| format!("{e:?}"));
     let whole = json!({"spec": spec, "skeleton": links, "loopback": opts.loopback, "image": image, "egress": egress,
-                       "cgroup_parent": opts.cgroup_parent, "seccomp": !opts.no_seccomp, "user": opts.user});
+                       "cgroup_parent": opts.cgroup_parent, "limits": format!("{:?}", opts.limits), "seccomp": !opts.no_seccomp, "user": opts.user});
     let bytes = serde_json::to_vec(&whole).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     // A JSON object ends where it ends, so the profile after it can't be
     // mistaken for part of it.
@@ -378,28 +388,34 @@ fn spec_json(
     opts: &SandboxOptions,
     p: &BoxProcess,
     mounts: Vec<Value>,
-    host_id: u32,
+    (ids, limits): (BoxIds, &Limits),
     kind: RootKind,
 ) -> Result<Value> {
     // Options made cpus positive and finite; `as` saturates anyway.
     #[allow(clippy::cast_possible_truncation, reason = "a quota in microseconds per 100 ms period")]
     let quota = (opts.cpus * 100_000.0).round().max(1000.0) as i64;
-    let map = json!([{"containerID": 0, "hostID": host_id, "size": BLOCK}]);
+    let map = ids.map();
     let annotations = json!({"org.tinyrun.sandbox": "true"});
     let mut linux = json!({
         "uidMappings": map,
         "gidMappings": map,
         "namespaces": [{"type": "user"}, {"type": "pid"}, {"type": "mount"}, {"type": "ipc"}, {"type": "uts"},
                        {"type": "network"}, {"type": "cgroup"}],
-        "cgroupsPath": format!("{}/{id}", opts.cgroup_parent),
-        "resources": {
-            "memory": {"limit": opts.memory, "swap": opts.memory},
-            "cpu": {"quota": quota, "period": 100_000},
-            "pids": {"limit": opts.pids}
-        },
         "maskedPaths": MASKED_PATHS,
         "readonlyPaths": READONLY_PATHS
     });
+    let mut rlimits = vec![json!({"type": "RLIMIT_CORE", "hard": 0, "soft": 0})];
+    match limits {
+        Limits::Cgroup { parent } => {
+            linux["cgroupsPath"] = json!(format!("{parent}/{id}"));
+            linux["resources"] = json!({
+                "memory": {"limit": opts.memory, "swap": opts.memory},
+                "cpu": {"quota": quota, "period": 100_000},
+                "pids": {"limit": opts.pids}
+            });
+        }
+        Limits::Rlimits { rlimits: r, .. } => rlimits.extend(r.iter().cloned()),
+    }
     if !opts.no_seccomp {
         linux["seccomp"] = seccomp_profile()?;
     }
@@ -416,7 +432,7 @@ fn spec_json(
             "env": p.env,
             "cwd": p.cwd,
             "capabilities": {"bounding": [], "effective": [], "permitted": [], "inheritable": [], "ambient": []},
-            "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0}],
+            "rlimits": rlimits,
             "noNewPrivileges": true
         },
         // An image's overlay is the box's own writable root; any other

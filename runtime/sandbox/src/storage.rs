@@ -48,7 +48,7 @@ use nix::mount::{MntFlags, MsFlags};
 use nix::sys::stat::{Mode, SFlag};
 
 use crate::error::{Error, Result};
-use crate::ids::{BLOCK, SANDBOX_UID};
+use crate::ids::{BoxIds, BLOCK, SANDBOX_UID};
 use tinyrun::tree::{self, Tree};
 
 /// The tmpfs under a box's bundle dir.
@@ -71,7 +71,16 @@ fn mount_error<'a>(what: &'static str, target: &'a Path) -> impl FnOnce(Errno) -
 /// (host id `base`), which has to walk through it to its root filesystem
 /// while its init sets up the mounts. Every other local user is stopped
 /// here, whatever the modes below (the box's `tmp` is 1777 inside).
+///
+/// An ordinary user's box gets the directory as it is (module
+/// `unprivileged`: a mount made in its user namespace would be gone for the
+/// next command), owned by the caller, 0700: its files live in the
+/// caller's `$XDG_RUNTIME_DIR`, bounded by what bounds that, and the box's
+/// memory cgroup where it has one (a tmpfs page is charged to its writer).
 pub(crate) fn mount_bundle(dir: &Path, size: u64, base: u32) -> Result<()> {
+    if crate::unprivileged::active() {
+        return Ok(());
+    }
     let data = format!("size={size},mode=0700,uid={base},gid={base}");
     nix::mount::mount(Some("tmpfs"), dir, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(data.as_str()))
         .map_err(mount_error("mount sandbox bundle (tmpfs) on", dir))?;
@@ -91,23 +100,26 @@ pub(crate) enum RootKind {
     Image,
 }
 
-/// Mounts `dir/scratch`: a tmpfs of `size` bytes for a box whose ids start
-/// at host id `base`, with the directories a root of `kind` needs.
-pub(crate) fn mount_scratch(dir: &Path, size: u64, base: u32, kind: RootKind) -> Result<PathBuf> {
+/// Mounts `dir/scratch`: a tmpfs of `size` bytes for a box of host ids
+/// `ids`, with the directories a root of `kind` needs (a plain directory
+/// for an ordinary user's box, see [`mount_bundle`]).
+pub(crate) fn mount_scratch(dir: &Path, size: u64, ids: BoxIds, kind: RootKind) -> Result<PathBuf> {
     let scratch = dir.join(SCRATCH);
     std::fs::DirBuilder::new().mode(0o711).create(&scratch).map_err(|e| Error::io("create", &scratch, e))?;
     // 0711: the box's root, an unprivileged host uid, must reach the binds'
     // sources; nobody may list or read what the box wrote.
-    let data = format!("size={size},mode=0711");
-    nix::mount::mount(
-        Some("tmpfs"),
-        &scratch,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(data.as_str()),
-    )
-    .map_err(mount_error("mount sandbox storage (tmpfs) on", &scratch))?;
-    private(&scratch)?;
+    if !crate::unprivileged::active() {
+        let data = format!("size={size},mode=0711");
+        nix::mount::mount(
+            Some("tmpfs"),
+            &scratch,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(data.as_str()),
+        )
+        .map_err(mount_error("mount sandbox storage (tmpfs) on", &scratch))?;
+        private(&scratch)?;
+    }
     let overlay = [(UPPER, 0, 0o755), (OVL_WORK, 0, 0o700)];
     // /work is given to the box's user once it is known (`box_dirs`).
     let binds = [(WORK, SANDBOX_UID, 0o755), ("tmp", 0, 0o1777)];
@@ -119,7 +131,9 @@ pub(crate) fn mount_scratch(dir: &Path, size: u64, base: u32, kind: RootKind) ->
     for (name, owner, mode) in dirs {
         let p = scratch.join(name);
         std::fs::create_dir(&p).map_err(|e| Error::io("create", &p, e))?;
-        std::os::unix::fs::chown(&p, Some(base + owner), Some(base + owner)).map_err(|e| Error::io("chown", &p, e))?;
+        // A box of one id (no subordinate range) has no user 1000 yet.
+        let owner = if *owner < ids.size { ids.host(*owner) } else { ids.root };
+        std::os::unix::fs::chown(&p, Some(owner), Some(owner)).map_err(|e| Error::io("chown", &p, e))?;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).map_err(|e| Error::io("chmod", &p, e))?;
     }
     Ok(scratch)
@@ -128,15 +142,15 @@ pub(crate) fn mount_scratch(dir: &Path, size: u64, base: u32, kind: RootKind) ->
 /// Gives /work to the box's user `user` (ids inside the box whose ids
 /// start at host id `base`); with an image, makes /work and /tmp in its
 /// overlay at `rootfs` first (in the upper layer: the image is untouched).
-pub(crate) fn box_dirs(dir: &Path, rootfs: &Path, kind: RootKind, base: u32, user: (u32, u32)) -> Result<()> {
-    let owner = (base + user.0, base + user.1);
+pub(crate) fn box_dirs(dir: &Path, rootfs: &Path, kind: RootKind, ids: BoxIds, user: (u32, u32)) -> Result<()> {
+    let owner = (ids.host(user.0), ids.host(user.1));
     if kind != RootKind::Image {
         let work = dir.join(SCRATCH).join(WORK);
         return std::os::unix::fs::chown(&work, Some(owner.0), Some(owner.1)).map_err(|e| Error::io("chown", &work, e));
     }
     let tree = Tree::open_one_mount(rootfs)?;
     writable_dir(&tree, WORK, owner, 0o755)?;
-    writable_dir(&tree, "tmp", (base, base), 0o1777)
+    writable_dir(&tree, "tmp", (ids.root, ids.root), 0o1777)
 }
 
 fn private(target: &Path) -> Result<()> {

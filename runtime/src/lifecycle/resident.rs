@@ -163,23 +163,29 @@ impl Resident {
             std::io::ErrorKind::WouldBlock => RuntimeError::DeadlinePassed(format!("connect to {}", path.display())),
             _ => RuntimeError::io("connect to", &path, e),
         })?;
-        let Some((parent, v2)) = &self.rec.leaves else {
-            return Err(RuntimeError::InvalidState(format!("container {id} has no cgroup recorded")));
+        // A container without a cgroup (an unprivileged caller's where
+        // none is delegated) runs its programs in init's; init kills each
+        // by its process group.
+        let leaf = match &self.rec.leaves {
+            Some((parent, v2)) => Some(Leaf::make(parent, *v2)?),
+            None => None,
         };
-        let leaf = Leaf::make(parent, *v2)?;
         let mut fds = stdio.fds.to_vec();
         fds.extend_from_slice(stdio.drain);
-        fds.extend([leaf.fds().procs.as_raw_fd(), leaf.fds().ctl.as_raw_fd()]);
+        if let Some(leaf) = &leaf {
+            fds.extend([leaf.fds().procs.as_raw_fd(), leaf.fds().ctl.as_raw_fd()]);
+        }
         let req = Request {
             args: cmd.args.clone(),
             env: cmd.env.clone(),
             cwd: cmd.cwd.as_ref().map(|c| c.to_string_lossy().into_owned()),
             kill_children: cmd.kill_children,
             drain: stdio.drain.len(),
-            cgroup_v2: *v2,
+            cgroup_v2: leaf.as_ref().is_some_and(|l| l.fds().v2),
+            no_cgroup: leaf.is_none(),
             report: false,
         };
-        let mut proc = ResidentProcess::new(conn, path, Some(leaf));
+        let mut proc = ResidentProcess::new(conn, path, leaf);
         proc.send(&req, &fds, cmd.deadline)?;
         match proc.reply()? {
             Some(Reply::Started { pid, refused }) => {
@@ -217,6 +223,7 @@ impl Resident {
             kill_children: false,
             drain: 0,
             cgroup_v2: false,
+            no_cgroup: false,
             report: true,
         };
         proc.send(&req, &[], deadline)?;
@@ -296,8 +303,15 @@ impl ResidentProcess {
     /// works in a paused container too (its processes die once it
     /// resumes) and needs nothing from init.
     pub fn kill(&self) {
-        if let Some(leaf) = &self.leaf {
-            leaf.fds().kill();
+        match &self.leaf {
+            Some(leaf) => leaf.fds().kill(),
+            // Without a cgroup: a byte asks init to kill it (its process
+            // group; a paused container has no such case, pausing needs
+            // the freezer).
+            None => {
+                use std::io::Write;
+                let _ = (&self.conn).write_all(b"k");
+            }
         }
         self.killed.set(true);
     }

@@ -60,6 +60,10 @@ pub struct Supervised {
     /// hands over once. A profile that can't be recorded this way (a
     /// `listenerPath`, several refusing errnos) is refused.
     pub record_refusals: bool,
+    /// The caller may lack permission for cgroups (runc's `--rootless`):
+    /// with no `linux.cgroupsPath` the container gets a cgroup only where
+    /// the caller may make one, and otherwise must ask for no limit.
+    pub rootless_cgroups: bool,
 }
 
 /// What a supervisor's container's init does at `start`.
@@ -82,7 +86,12 @@ impl Runtime {
     /// for `start`) with what `how` adds.
     pub fn create_supervised(&self, id: &str, bundle: impl Into<PathBuf>, how: &Supervised) -> Result<Container> {
         check_id(id)?;
-        let opts = CreateOptions { bundle: bundle.into(), detach: true, ..CreateOptions::default() };
+        let opts = CreateOptions {
+            bundle: bundle.into(),
+            detach: true,
+            rootless_cgroups: how.rootless_cgroups,
+            ..CreateOptions::default()
+        };
         let bundle = crate::spec::load(&opts.bundle)?;
         self.create_from(id, &bundle, &opts, how, None)
     }

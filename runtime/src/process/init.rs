@@ -108,9 +108,21 @@ fn setup(cfg: &InitConfig, chan: &Channel) -> Step {
     finalize::die_with_parent(Some(Signal::SIGKILL))?;
     if cfg.agent_listener.is_some() {
         // Still the host's root, with the host's /proc: later, our own
-        // /proc/self/mem belongs to a user the container doesn't map.
-        super::title::conceal_cmdline(c"tinyrun-init")
-            .map_err(|e| InitError::other("conceal the runtime's command line", e.to_string()))?;
+        // /proc/self/mem belongs to a user the container doesn't map. An
+        // unprivileged runtime's init owns it only while dumpable (born
+        // non-dumpable, its /proc files are the host root's): it opens it
+        // in that moment, as it does for its maps, before anything of the
+        // container runs.
+        let window = cfg.maps_dumpable;
+        if window {
+            nix::sys::prctl::set_dumpable(true).map_err(|e| InitError::value("prctl", "PR_SET_DUMPABLE 1", e))?;
+        }
+        let concealed = super::title::conceal_cmdline(c"tinyrun-init")
+            .map_err(|e| InitError::other("conceal the runtime's command line", e.to_string()));
+        if window {
+            nix::sys::prctl::set_dumpable(false).map_err(|e| InitError::value("prctl", "PR_SET_DUMPABLE 0", e))?;
+        }
+        concealed?;
     }
     if cfg.maps_dumpable && cfg.plan.clone_flags.contains(CloneFlags::CLONE_NEWUSER) {
         maps_while_dumpable(chan, Msg::Go)?;

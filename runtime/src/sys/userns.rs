@@ -22,7 +22,17 @@ use crate::error::SysError;
 /// The caller is single-threaded (another thread could be mid-way through
 /// something the child's shared memory would see torn; it touches none).
 pub fn userns_with_map(base: u32, count: u32) -> Result<OwnedFd, SysError> {
-    let fail = |op: &'static str| move |e: Errno| SysError::new(op, format_args!("0 {base} {count}"), e);
+    userns_held(&format!("0 {base} {count}"), |pid| map_and_open(pid, base, count))
+}
+
+/// A new user namespace, held by a child while `map` (which `what` names
+/// in errors) writes its maps and opens its `ns/user`; returns what `map`
+/// returned. The child shares our memory (see [`userns_with_map`]).
+///
+/// # Preconditions
+/// The caller is single-threaded.
+pub(crate) fn userns_held<T, E: From<SysError>>(what: &str, map: impl FnOnce(Pid) -> Result<T, E>) -> Result<T, E> {
+    let fail = |op: &'static str| move |e: Errno| SysError::new(op, what, e);
     let (hold_r, hold_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(fail("pipe2"))?;
     let fds = [hold_r.as_raw_fd(), hold_w.as_raw_fd()];
     // u128: the stack's top must be 16-byte aligned.
@@ -45,7 +55,7 @@ pub fn userns_with_map(base: u32, count: u32) -> Result<OwnedFd, SysError> {
     nix::sys::signal::pthread_sigmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&old), None)
         .map_err(fail("sigprocmask"))?;
     let pid = Pid::from_raw(cloned.map_err(fail("clone CLONE_NEWUSER"))?);
-    let ns = map_and_open(pid, base, count);
+    let ns = map(pid);
     // The child exits at EOF; reaped here whatever happened, before its
     // stack goes.
     drop((hold_r, hold_w));
@@ -77,6 +87,11 @@ fn map_and_open(pid: Pid, base: u32, count: u32) -> Result<OwnedFd, SysError> {
         let path = format!("/proc/{pid}/{file}");
         std::fs::write(&path, &map).map_err(|e| SysError::new("write", &path, super::io_errno(&e)))?;
     }
+    open_userns(pid)
+}
+
+/// `pid`'s user namespace.
+pub(crate) fn open_userns(pid: Pid) -> Result<OwnedFd, SysError> {
     let path = format!("/proc/{pid}/ns/user");
     let ns = std::fs::File::open(&path).map_err(|e| SysError::new("open", &path, super::io_errno(&e)))?;
     Ok(OwnedFd::from(ns))

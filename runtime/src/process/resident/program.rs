@@ -26,6 +26,9 @@ pub(super) struct Program {
     conn: Option<OwnedFd>,
     /// The program's cgroup, while the caller may still want it killed.
     leaf: Option<LeafFds>,
+    /// Without a cgroup (`Request::no_cgroup`): kill its process group
+    /// instead, while the caller may still want it killed.
+    by_group: bool,
     /// Read ends of the program's output pipes, emptied into nothing once
     /// the caller is done, so what the program left running can still
     /// write; each goes at its end of file.
@@ -44,7 +47,8 @@ impl Program {
                 let kill_children = r.req.kill_children;
                 // Shared with the caller's read ends: neither side blocks.
                 let drain = r.drain.into_iter().filter(|fd| sys::set_nonblocking(fd).is_ok()).map(Some).collect();
-                Some(Program { pid, conn: Some(conn), leaf: Some(r.leaf), drain, kill_children, ended: false })
+                let by_group = r.leaf.is_none();
+                Some(Program { pid, conn: Some(conn), leaf: r.leaf, by_group, drain, kill_children, ended: false })
             }
             Err(e) => {
                 answer(&conn, &Reply::Failed(e));
@@ -98,13 +102,12 @@ impl Program {
             Err(_) => true,
         };
         if !self.ended {
-            if let Some(leaf) = &self.leaf {
-                leaf.kill();
-            }
+            self.kill_all();
         }
         if gone {
             self.conn = None;
             self.leaf = None;
+            self.by_group = false;
         }
     }
 
@@ -112,12 +115,23 @@ impl Program {
     pub(super) fn ended(&mut self, reply: &Reply) {
         self.ended = true;
         if self.kill_children {
-            if let Some(leaf) = &self.leaf {
-                leaf.kill();
-            }
+            self.kill_all();
         }
         if let Some(c) = &self.conn {
             answer(c, reply);
+        }
+    }
+
+    /// SIGKILLs the program's cgroup, or its process group (it leads one,
+    /// in a session of its own) where it has no cgroup: what left the
+    /// group lives on until the container ends.
+    fn kill_all(&self) {
+        match &self.leaf {
+            Some(leaf) => leaf.kill(),
+            None if self.by_group => {
+                let _ = nix::sys::signal::killpg(self.pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            None => {}
         }
     }
 
@@ -166,7 +180,7 @@ fn spawn(r: &Received, p: &ProcessConfig, refusing: &mut Refusing) -> Result<Pid
     match sys::fork()? {
         Forked::Child => {
             drop(rd);
-            let e = start(fds, &r.leaf, &cwd, &args, &env, p);
+            let e = start(fds, r.leaf.as_ref(), &cwd, &args, &env, p);
             let _ = nix::unistd::write(&wr, &serde_json::to_vec(&e).unwrap_or_default());
             sys::exit_child(127)
         }
@@ -219,14 +233,16 @@ fn read_to_end_answering(rd: &OwnedFd, refusing: &mut Refusing) -> Vec<u8> {
 /// container, less what init already is. Returns only on failure.
 fn start(
     stdio: [RawFd; 3],
-    leaf: &LeafFds,
+    leaf: Option<&LeafFds>,
     cwd: &std::path::Path,
     args: &[CString],
     env: &[String],
     p: &ProcessConfig,
 ) -> InitError {
     let run = || -> Result<InitError, InitError> {
-        leaf.join().map_err(|e| InitError::sys("join the program's cgroup", e))?;
+        if let Some(leaf) = leaf {
+            leaf.join().map_err(|e| InitError::sys("join the program's cgroup", e))?;
+        }
         // Its own session, as every exec'd process.
         finalize::begin(Some(stdio))?;
         nix::unistd::chdir(cwd).map_err(|e| InitError::path("chdir", cwd, e).field("process.cwd"))?;

@@ -42,9 +42,14 @@ pub(crate) struct Request {
     pub kill_children: bool,
     #[serde(default)]
     pub drain: usize,
-    /// The program's cgroup is a v2 one. Not optional: no request runs a
-    /// program outside a cgroup of its own.
+    /// The program's cgroup is a v2 one.
     pub cgroup_v2: bool,
+    /// The container has no cgroup (an unprivileged caller's, where none
+    /// is delegated to it): no cgroup fds come, the program stays in
+    /// init's cgroup, and killing it kills its process group. Every other
+    /// request runs its program in a cgroup of its own.
+    #[serde(default)]
+    pub no_cgroup: bool,
     /// Nothing to run, no fds: init answers with its record of refused
     /// calls ([`Reply::Refused`]) and closes.
     #[serde(default)]
@@ -96,7 +101,8 @@ pub(crate) struct Received {
     pub req: Request,
     pub stdio: [OwnedFd; 3],
     pub drain: Vec<OwnedFd>,
-    pub leaf: LeafFds,
+    /// `None` only with [`Request::no_cgroup`].
+    pub leaf: Option<LeafFds>,
 }
 
 fn bad_request(why: impl Into<String>) -> InitError {
@@ -165,15 +171,16 @@ impl Incoming {
 
 /// Splits `fds` as `req` says they come.
 fn sort_fds(req: Request, fds: Vec<OwnedFd>) -> Result<Received, InitError> {
-    if req.drain > MAX_DRAINED || fds.len() != 3 + req.drain + 2 {
-        let want = format!("it must carry 3 fds of stdio, {} to drain and 2 of its cgroup", req.drain);
+    let cgroup = if req.no_cgroup { 0 } else { 2 };
+    if req.drain > MAX_DRAINED || fds.len() != 3 + req.drain + cgroup {
+        let want = format!("it must carry 3 fds of stdio, {} to drain and {cgroup} of its cgroup", req.drain);
         return Err(bad_request(format!("{want}; it carries {}", fds.len())));
     }
     let mut it = fds.into_iter();
     let mut next = || it.next().ok_or_else(|| bad_request("fds missing"));
     let stdio = [next()?, next()?, next()?];
     let drain = (0..req.drain).map(|_| next()).collect::<Result<Vec<_>, _>>()?;
-    let leaf = LeafFds { procs: next()?, ctl: next()?, v2: req.cgroup_v2 };
+    let leaf = if req.no_cgroup { None } else { Some(LeafFds { procs: next()?, ctl: next()?, v2: req.cgroup_v2 }) };
     Ok(Received { req, stdio, drain, leaf })
 }
 
@@ -225,7 +232,7 @@ mod tests {
         let Asked::Run(got) = inc.advance().unwrap().unwrap() else { panic!("not a program") };
         assert_eq!((got.req.args.len(), got.req.env, got.req.cwd.as_deref()), (2, vec!["A=1".into()], Some("/work")));
         assert_eq!(got.drain.len(), 2);
-        assert!(got.leaf.v2 && !got.req.kill_children);
+        assert!(got.leaf.is_some_and(|l| l.v2) && !got.req.kill_children);
         assert!(inc.deadline <= Instant::now() + REQUEST_PATIENCE);
     }
 
@@ -237,6 +244,19 @@ mod tests {
             let e = inc.advance().unwrap_err().to_string();
             assert!(e.contains("fds") || e.contains("cgroup_v2"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_request_without_a_cgroup_carries_no_cgroup_fds() {
+        let body = br#"{"args":["true"],"cgroup_v2":false,"no_cgroup":true}"#;
+        let (a, mut inc) = incoming();
+        send(&a, &head(body.len()), &nulls(3), body);
+        let Asked::Run(got) = inc.advance().unwrap().unwrap() else { panic!("not a program") };
+        assert!(got.leaf.is_none());
+        // Cgroup fds where it says there is no cgroup: refused.
+        let (a, mut inc) = incoming();
+        send(&a, &head(body.len()), &nulls(5), body);
+        assert!(inc.advance().unwrap_err().to_string().contains("0 of its cgroup"));
     }
 
     #[test]
