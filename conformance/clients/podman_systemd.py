@@ -11,7 +11,7 @@ cgroup files.
 
 It needs systemd as PID 1 on a pure cgroup v2 host; this project's machines
 have neither, so conformance/run-systemd-clients runs it in a guest booted
-with systemd (../shared/vm/run-in-vm --systemd), once with tinyrun and once
+with systemd (conformance/vm/run --systemd), once with tinyrun and once
 with runc. On other hosts `run` leaves the group out unless `--only
 podman-systemd` asks for it (its scenarios then fail at set-up).
 
