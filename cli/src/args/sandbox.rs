@@ -38,6 +38,16 @@ pub(crate) enum SandboxCommand {
     /// manage the pool of pre-started sandboxes
     #[command(subcommand)]
     Pool(SandboxPoolCommand),
+    /// serve the sandbox over HTTP/JSON (runs tinyrun-sandbox-api, installed beside tinyrun; its flags:
+    /// tinyrun-sandbox-serve(8))
+    Serve(SandboxServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxServeArgs {
+    /// the server's flags, passed on as they are (see tinyrun-sandbox-serve(8))
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "FLAGS")]
+    pub flags: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

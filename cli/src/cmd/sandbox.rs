@@ -125,6 +125,7 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         SandboxCommand::Pool(SandboxPoolCommand::List(a)) => {
             print_pool(&sandbox::pool_list(root)?, a.format).map(|_| 0)
         }
+        SandboxCommand::Serve(a) => Err(serve(root, &a.flags)),
         SandboxCommand::Pool(SandboxPoolCommand::Drain(a)) => {
             for id in sandbox::pool_drain(root, a.key.as_deref())? {
                 outln!("{id}");
@@ -146,6 +147,20 @@ fn run_once(root: &Path, a: &SandboxRunArgs) -> anyhow::Result<u8> {
         sandbox::run(root, &opts, &a.command, a.json)?
     };
     report(&res, a.json)
+}
+
+/// `sandbox serve`: becomes the API server, the binary installed beside
+/// ours (it has the async runtime tinyrun leaves out); returns only why it
+/// could not.
+fn serve(root: &Path, flags: &[String]) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    const SERVER: &str = "tinyrun-sandbox-api";
+    let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join(SERVER)));
+    let Some(exe) = beside.filter(|p| p.exists()) else {
+        return anyhow::anyhow!("sandbox serve: {SERVER} is not installed beside tinyrun");
+    };
+    let e = std::process::Command::new(&exe).arg("--root").arg(root).args(flags).exec();
+    anyhow::anyhow!("sandbox serve: exec {}: {e}", exe.display())
 }
 
 /// The JSON form has each box's `refused` record, where it has one.

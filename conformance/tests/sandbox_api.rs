@@ -1,0 +1,456 @@
+//! `tinyrun sandbox serve`, the HTTP/JSON API, driven through a real client (curl over the unix
+//! socket, and a raw socket where curl would be too polite): the same results as the CLI, each
+//! client seeing only its own boxes, the policy refusing what is looser than it allows, the files
+//! API keeping cp's rules against escapes, caps on bodies and slow clients, a load of concurrent
+//! commands, the SIGTERM drain and a restart adopting the boxes it finds.
+//!
+//! Every test prints one line `SANDBOX <name>: <what it saw>` (run with --nocapture) before it
+//! asserts, and leaves nothing behind (checked with the harness's `assert_clean`).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tinyrun_conformance::sandbox::{saw, wait_for, Sbx};
+use tinyrun_conformance::{require_root, LocalUser};
+
+/// A server on the test's root, started as `tinyrun sandbox serve FLAGS`; stopped with SIGTERM
+/// (which terminates its clients' boxes) when dropped, killed if that takes over 30 s.
+struct Server {
+    child: Option<Child>,
+    sock: PathBuf,
+}
+
+impl Server {
+    fn start(sb: &Sbx, flags: &[&str]) -> Server {
+        let sock = sb.rt.root().join("sandbox.sock");
+        let child = sb
+            .rt
+            .command(&["sandbox", "serve"])
+            .args(flags)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tinyrun sandbox serve");
+        let s = Server { child: Some(child), sock };
+        wait_for("the server's socket", 20, || UnixStream::connect(&s.sock).is_ok());
+        s
+    }
+
+    /// SIGTERM, then its exit status (within `secs`).
+    fn term(&mut self, secs: u64) -> Option<i32> {
+        let mut c = self.child.take()?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).ok()?);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = c.try_wait() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// `curl` over the socket: (HTTP status, body). `extra` goes before the URL.
+    fn curl(&self, method: &str, path: &str, extra: &[&str]) -> (u16, String) {
+        curl_as(None, &self.sock, method, path, extra)
+    }
+
+    fn json(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
+        let (code, text) = self.curl(method, path, &["-H", "Content-Type: application/json", "-d", &body.to_string()]);
+        (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    /// A box with the test's tag (so the harness finds its processes): its id.
+    #[track_caller]
+    fn create(&self, tag: &str, opts: Value) -> String {
+        let mut body = opts;
+        body["env"] = json!([tag]);
+        let (code, v) = self.json("POST", "/v1/boxes", &body);
+        assert_eq!(code, 201, "create: {v}");
+        v["id"].as_str().expect("an id").to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.term(30);
+    }
+}
+
+fn tag(sb: &Sbx) -> String {
+    sb.common()[1].to_string()
+}
+
+/// curl, as root or (with `user`) as that local user through setpriv.
+fn curl_as(
+    user: Option<&LocalUser>,
+    sock: &std::path::Path,
+    method: &str,
+    path: &str,
+    extra: &[&str],
+) -> (u16, String) {
+    let mut c = match user {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", &u.uid.to_string(), "--regid", &u.gid.to_string(), "--clear-groups", "--", "curl"]);
+            c
+        }
+        None => Command::new("curl"),
+    };
+    c.args(["-s", "-m", "60", "-o", "-", "-w", "\n%{http_code}", "--unix-socket"]).arg(sock).args(["-X", method]);
+    let o = c.args(extra).arg(format!("http://api{path}")).stdin(Stdio::null()).output().expect("curl");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// A raw HTTP/1.1 request on a new connection; the whole answer as text (until the server closes
+/// or `secs` pass).
+fn raw(sock: &std::path::Path, request: &[u8], secs: u64) -> String {
+    let mut s = UnixStream::connect(sock).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(secs))).expect("timeout");
+    let _ = s.write_all(request);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Results, files, streams, lifetimes and pools: what the CLI gives, over HTTP.
+#[test]
+fn the_api_runs_commands_and_moves_files() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_basics");
+    let tg = tag(&sb);
+    let srv = Server::start(&sb, &[]);
+    let (code, health) = srv.json("GET", "/v1/health", &Value::Null);
+    let id = srv.create(&tg, json!({"type": "nano"}));
+    let (c1, res) = srv.json(
+        "POST",
+        &format!("/v1/boxes/{id}/commands"),
+        &json!({"command": ["sh", "-c", "cat; echo err >&2; exit 3"], "stdin": "in"}),
+    );
+    let (_, stream) = srv.curl(
+        "POST",
+        &format!("/v1/boxes/{id}/commands"),
+        &["-H", "Accept: application/x-ndjson", "-d", r#"{"command":["sh","-c","echo a; sleep 0.2; echo b >&2"]}"#],
+    );
+    let (_, sse) = srv.curl(
+        "POST",
+        &format!("/v1/boxes/{id}/commands"),
+        &["-H", "Accept: text/event-stream", "-d", r#"{"command":["echo","s"]}"#],
+    );
+    let (put, _) = srv.curl("PUT", &format!("/v1/boxes/{id}/files?path=/work/dir/f.txt"), &["--data-binary", "hello"]);
+    let (_, got) = srv.curl("GET", &format!("/v1/boxes/{id}/files?path=/work/dir/f.txt"), &[]);
+    let (_, listed) = srv.json("GET", &format!("/v1/boxes/{id}/files/list?path=/work/dir"), &Value::Null);
+    let tar = sb.rt.work().join("up.tar");
+    let src = sb.rt.work().join("up");
+    std::fs::create_dir_all(src.join("sub")).expect("mkdir");
+    std::fs::write(src.join("sub/g"), "tarred").expect("write");
+    assert!(Command::new("tar").arg("-C").arg(&src).arg("-cf").arg(&tar).arg(".").status().expect("tar").success());
+    let (put_tar, _) = srv.curl(
+        "PUT",
+        &format!("/v1/boxes/{id}/archive?path=/work/t"),
+        &["--data-binary", &format!("@{}", tar.display())],
+    );
+    let (_, g) = srv.json("POST", &format!("/v1/boxes/{id}/commands"), &json!({"command": ["cat", "/work/t/sub/g"]}));
+    let (life, l) = srv.json("POST", &format!("/v1/boxes/{id}/lifetime"), &json!({"lifetime": "2m"}));
+    let (_, metrics) = srv.curl("GET", "/metrics", &[]);
+    let (del, _) = srv.curl("DELETE", &format!("/v1/boxes/{id}"), &[]);
+    let (gone, _) = srv.curl("GET", &format!("/v1/boxes/{id}"), &[]);
+    let (run, r) =
+        srv.json("POST", "/v1/run", &json!({"command": ["echo", "once"], "type": "nano", "env": [tag(&sb)]}));
+    saw(sb.name, format!("health {code} {health}; exec {c1} {res}; stream {stream:?}; put {put} get {got:?}; list {listed}; tar {put_tar} {g}; lifetime {life} {l}; delete {del} then {gone}; run {run} {r}"));
+    assert_eq!((code, health["status"].as_str()), (200, Some("ok")));
+    assert_eq!((c1, res["schema_version"].as_u64(), res["exit_code"].as_i64()), (200, Some(2), Some(3)), "{res}");
+    assert_eq!((res["stdout"]["text"].as_str(), res["stderr"]["text"].as_str()), (Some("in"), Some("err\n")));
+    let events: Vec<Value> = stream.lines().map(|l| serde_json::from_str(l).expect("an NDJSON line")).collect();
+    assert_eq!(
+        events.first().map(|e| (e["type"].clone(), e["data"].clone())),
+        Some((json!("stdout"), json!("a\n"))),
+        "{stream}"
+    );
+    assert!(events.iter().any(|e| e["type"] == "stderr" && e["data"] == "b\n"), "{stream}");
+    assert_eq!(events.last().map(|e| e["result"]["exit_code"].clone()), Some(json!(0)), "{stream}");
+    assert!(sse.contains("event: stdout\ndata: ") && sse.contains("event: exit\n"), "{sse}");
+    assert_eq!((put, got.as_str()), (204, "hello"));
+    assert_eq!(listed["entries"][0]["name"], "f.txt", "{listed}");
+    assert_eq!((put_tar, g["stdout"]["text"].as_str()), (204, Some("tarred")), "{g}");
+    assert!(life == 200 && l["expires_at"].is_string(), "{l}");
+    assert!(
+        metrics.contains("tinyrun_api_commands_total ") && metrics.contains("tinyrun_api_box_start_seconds_bucket")
+    );
+    assert_eq!((del, gone), (202, 404));
+    assert_eq!((run, r["stdout"]["text"].as_str()), (200, Some("once\n")), "{r}");
+    drop(srv);
+    sb.assert_clean("the API's boxes");
+}
+
+/// The default policy allows the sandbox's defaults only: each loosening, host path or limit above
+/// its cap is refused with 403 naming the field, and no box is made.
+#[test]
+fn the_policy_refuses_what_is_looser() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_policy");
+    let srv = Server::start(&sb, &[]);
+    let mut seen = Vec::new();
+    for (body, field) in [
+        (json!({"no_seccomp": true}), "no_seccomp"),
+        (json!({"writable_root": true}), "writable_root"),
+        (json!({"cgroup_parent": "/"}), "cgroup_parent"),
+        (json!({"rootfs": "/"}), "rootfs"),
+        (json!({"copy_in": ["/etc/shadow:/work/shadow"]}), "copy_in"),
+        (json!({"memory": "4G"}), "memory"),
+        (json!({"type": "large"}), "type"),
+        (json!({"network": "egress", "allow_host": ["example.com"]}), "network"),
+        (json!({"lifetime": "1d"}), "lifetime"),
+    ] {
+        let (code, v) = srv.json("POST", "/v1/boxes", &body);
+        seen.push(format!("{body} -> {code} {}", v["field"]));
+        assert_eq!(
+            (code, v["field"].as_str(), v["code"].as_str()),
+            (403, Some(field), Some("forbidden")),
+            "{body}: {v}"
+        );
+        assert!(v["error"].as_str().is_some_and(|e| e.contains(field)), "{v}");
+    }
+    let (code, v) = srv.json("POST", "/v1/run", &json!({"command": ["true"], "no_seccomp": true}));
+    saw(sb.name, format!("{seen:?}; run {code} {v}"));
+    assert_eq!((code, v["field"].as_str()), (403, Some("no_seccomp")));
+    assert!(sb.list().is_empty(), "a refused request made a box");
+    drop(srv);
+    sb.assert_clean("refused requests");
+}
+
+/// Another local user (its own uid, allowed on the socket by --group) neither sees nor touches
+/// root's box: 404 on each route, an empty list; its own box is its own, and root sees both.
+#[test]
+fn a_client_sees_only_its_own_boxes() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_owner");
+    let tg = tag(&sb);
+    let user = LocalUser::new("api");
+    let srv = Server::start(&sb, &["--group", &user.name]);
+    let mine = srv.create(&tg, json!({"type": "nano"}));
+    let as_user = |m: &str, p: &str, extra: &[&str]| curl_as(Some(&user), &srv.sock, m, p, extra);
+    let (get, _) = as_user("GET", &format!("/v1/boxes/{mine}"), &[]);
+    let (exec, _) = as_user("POST", &format!("/v1/boxes/{mine}/commands"), &["-d", r#"{"command":["true"]}"#]);
+    let (file, _) = as_user("GET", &format!("/v1/boxes/{mine}/files?path=/etc/hostname"), &[]);
+    let (del, _) = as_user("DELETE", &format!("/v1/boxes/{mine}"), &[]);
+    let (_, list) = as_user("GET", "/v1/boxes", &[]);
+    let body = json!({"type": "nano", "env": [tag(&sb)]}).to_string();
+    let (made, theirs) = as_user("POST", "/v1/boxes", &["-d", &body]);
+    let theirs: Value = serde_json::from_str(&theirs).unwrap_or_default();
+    let (_, root_list) = srv.json("GET", "/v1/boxes", &Value::Null);
+    let (still, _) = srv.curl("GET", &format!("/v1/boxes/{mine}"), &[]);
+    saw(sb.name, format!("user: get {get}, exec {exec}, file {file}, delete {del}, list {list}, made {made} {theirs}; root sees {root_list}"));
+    assert_eq!((get, exec, file, del), (404, 404, 404, 404));
+    assert_eq!(serde_json::from_str::<Value>(&list).unwrap_or_default()["boxes"], json!([]), "{list}");
+    assert_eq!((made, theirs["owner"].clone()), (201, json!(format!("uid:{}", user.uid))));
+    let ids: Vec<&str> = root_list["boxes"].as_array().into_iter().flatten().filter_map(|b| b["id"].as_str()).collect();
+    assert!(ids.contains(&mine.as_str()) && ids.contains(&theirs["id"].as_str().unwrap_or("-")), "{root_list}");
+    assert_eq!(still, 200);
+    drop(srv);
+    for id in sb.list() {
+        sb.quiet(&["sandbox", "terminate", &id.0]);
+    }
+    sb.assert_clean("two clients' boxes");
+}
+
+/// The files API has cp's rules: `..` is resolved inside the box, a symlink the box made to
+/// /etc/shadow is not followed out to the host, a tar entry leading out is refused.
+#[test]
+fn the_files_api_does_not_escape() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_escape");
+    let tg = tag(&sb);
+    let srv = Server::start(&sb, &[]);
+    let id = srv.create(&tg, json!({"type": "nano"}));
+    let shadow = std::fs::read_to_string("/etc/shadow").unwrap_or_default();
+    let (_, _) = srv.json(
+        "POST",
+        &format!("/v1/boxes/{id}/commands"),
+        &json!({"command": ["sh", "-c", "ln -s /etc/shadow /work/s; mkdir /work/d; ln -s /etc/shadow /work/d/s"]}),
+    );
+    let (up, up_body) = srv.curl("GET", &format!("/v1/boxes/{id}/files?path=/work/../../../etc/shadow"), &[]);
+    let (link, link_body) = srv.curl("GET", &format!("/v1/boxes/{id}/files?path=/work/s"), &[]);
+    let (dir, dir_body) = srv.curl("GET", &format!("/v1/boxes/{id}/archive?path=/work/d"), &[]);
+    // A tar whose entry climbs out: made by hand, as tar(1) strips the `..`.
+    let mut h = [0u8; 512];
+    h[..13].copy_from_slice(b"../../escaped");
+    h[100..107].copy_from_slice(b"0000644");
+    h[124..135].copy_from_slice(b"00000000001");
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
+    h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    let mut tar = h.to_vec();
+    tar.extend_from_slice(&[b'x'; 512]);
+    tar.extend_from_slice(&[0u8; 1024]);
+    let file = sb.rt.work().join("evil.tar");
+    std::fs::write(&file, &tar).expect("write");
+    let (evil, evil_body) = srv.curl(
+        "PUT",
+        &format!("/v1/boxes/{id}/archive?path=/work/x"),
+        &["--data-binary", &format!("@{}", file.display())],
+    );
+    let escaped = sb.rt.root().join("sandbox-api/escaped").exists() || sb.rt.root().join("escaped").exists();
+    saw(
+        sb.name,
+        format!(
+            "../ {up} {up_body:.80}; link {link} {link_body:.80}; dir {dir} ({} bytes); evil tar {evil} {evil_body}",
+            dir_body.len()
+        ),
+    );
+    let leaked = |s: &str| !shadow.is_empty() && s.contains(shadow.lines().next().unwrap_or("root:"));
+    assert!(!leaked(&up_body) && !leaked(&link_body) && !leaked(&dir_body), "the host's /etc/shadow came out");
+    assert_ne!(up, 500);
+    assert_eq!(evil, 400, "{evil_body}");
+    assert!(!escaped, "a tar entry landed outside");
+    drop(srv);
+    sb.assert_clean("escape attempts");
+}
+
+/// A 1 GiB upload against the cap is refused from its Content-Length, before its body is read,
+/// and one streamed without a length is cut at the cap; a client that sends half a header and
+/// stalls neither blocks others nor keeps its connection past the idle timeout.
+#[test]
+fn caps_and_slow_clients() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_caps");
+    let tg = tag(&sb);
+    let srv = Server::start(&sb, &["--max-body", "4M", "--idle-timeout", "2s"]);
+    let id = srv.create(&tg, json!({"type": "nano"}));
+    let t = Instant::now();
+    let req =
+        format!("PUT /v1/boxes/{id}/files?path=/work/big HTTP/1.1\r\nHost: x\r\nContent-Length: 1073741824\r\n\r\n");
+    let answer = raw(&srv.sock, req.as_bytes(), 10);
+    let announced = t.elapsed();
+    let cmd = format!("head -c 64M /dev/zero | curl -s -o /dev/null -w '%{{http_code}}' --unix-socket {} -T - 'http://x/v1/boxes/{id}/files?path=/work/big'", srv.sock.display());
+    let streamed = Command::new("sh").args(["-c", &cmd]).output().expect("sh");
+    let streamed = String::from_utf8_lossy(&streamed.stdout).into_owned();
+    let (_, listed) = srv.json("GET", &format!("/v1/boxes/{id}/files/list?path=/work"), &Value::Null);
+    // Half a header, then nothing.
+    let mut slow = UnixStream::connect(&srv.sock).expect("connect");
+    slow.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n").expect("write");
+    let t = Instant::now();
+    let (other, _) = srv.curl("GET", "/v1/health", &[]);
+    let other_took = t.elapsed();
+    slow.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let mut buf = Vec::new();
+    let _ = slow.read_to_end(&mut buf);
+    let closed_after = t.elapsed();
+    saw(sb.name, format!("1 GiB announced: {:?} in {announced:?}; 64M streamed: {streamed}; /work {listed}; others {other} in {other_took:?}; slow one closed after {closed_after:?}", answer.lines().next()));
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(announced < Duration::from_secs(5));
+    assert_eq!(streamed, "413");
+    assert_eq!(listed["entries"], json!([]), "a refused upload left a file: {listed}");
+    assert!(other == 200 && other_took < Duration::from_secs(2));
+    assert!(closed_after < Duration::from_secs(8), "the slow connection was kept {closed_after:?}");
+    drop(srv);
+    sb.assert_clean("capped uploads");
+}
+
+/// 64 commands at once over 16 boxes, from 8 clients (connections) at a time: each gets its own
+/// answer; then every box is deleted and nothing is left.
+#[test]
+fn sixty_four_commands_over_sixteen_boxes() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_load");
+    let tg = tag(&sb);
+    let srv = Server::start(&sb, &[]);
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..16).map(|_| s.spawn(|| srv.create(&tg, json!({"type": "nano"})))).collect();
+        hs.into_iter().map(|h| h.join().expect("create")).collect()
+    });
+    let t = Instant::now();
+    let wrong: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..64)
+            .map(|i| {
+                let (srv, id) = (&srv, ids[i % 16].clone());
+                s.spawn(move || {
+                    let (code, v) = srv.json(
+                        "POST",
+                        &format!("/v1/boxes/{id}/commands"),
+                        &json!({"command": ["sh", "-c", format!("echo {i}; sleep 0.1")]}),
+                    );
+                    (code == 200 && v["stdout"]["text"] == format!("{i}\n") && v["exit_code"] == 0)
+                        .then_some(())
+                        .map_or(Some(format!("{i}: {code} {v}")), |()| None)
+                })
+            })
+            .collect();
+        hs.into_iter().filter_map(|h| h.join().expect("command")).collect()
+    });
+    let took = t.elapsed();
+    for id in &ids {
+        srv.curl("DELETE", &format!("/v1/boxes/{id}"), &[]);
+    }
+    wait_for("the deleted boxes to go", 30, || sb.list().is_empty());
+    saw(sb.name, format!("64 commands in {took:?}, wrong: {wrong:?}"));
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    drop(srv);
+    sb.assert_clean("64 commands");
+}
+
+/// SIGTERM lets a command in flight finish, then terminates the clients' boxes; with
+/// --keep-boxes they stay, a new server adopts them and their lifetimes still hold; after a
+/// SIGKILL a restart's SIGTERM cleans everything.
+#[test]
+fn sigterm_drains_and_a_restart_adopts() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_restart");
+    let tg = tag(&sb);
+    let mut srv = Server::start(&sb, &[]);
+    let id = srv.create(&tg, json!({"type": "nano"}));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(srv.child.as_ref().map_or(0, Child::id)).unwrap_or(0));
+    let answer = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            srv.json(
+                "POST",
+                &format!("/v1/boxes/{id}/commands"),
+                &json!({"command": ["sh", "-c", "sleep 1; echo done"]}),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        h.join().expect("command")
+    });
+    let status = srv.term(30);
+    let after_term = sb.list();
+    let mut kept = Server::start(&sb, &["--keep-boxes"]);
+    let adopted = kept.create(&tg, json!({"type": "nano", "lifetime": "4s"}));
+    let kept_status = kept.term(30);
+    let mut again = Server::start(&sb, &[]);
+    let (seen, _) = again.curl("GET", &format!("/v1/boxes/{adopted}"), &[]);
+    std::thread::sleep(Duration::from_secs(5));
+    let (expired, _) = again.curl("GET", &format!("/v1/boxes/{adopted}"), &[]);
+    let leftover = again.create(&tg, json!({"type": "nano"}));
+    again.kill();
+    let mut last = Server::start(&sb, &[]);
+    let (still, _) = last.curl("GET", &format!("/v1/boxes/{leftover}"), &[]);
+    let last_status = last.term(30);
+    saw(sb.name, format!("in flight {answer:?}, exit {status:?}, left {after_term:?}; kept exit {kept_status:?}, adopted {seen} then {expired}; after SIGKILL {still}, exit {last_status:?}, left {:?}", sb.list()));
+    assert_eq!((answer.0, answer.1["stdout"]["text"].as_str()), (200, Some("done\n")), "the drain cut a command short");
+    assert_eq!(status, Some(0));
+    assert!(after_term.is_empty(), "SIGTERM left {after_term:?}");
+    assert_eq!((kept_status, seen, expired), (Some(0), 200, 404));
+    assert_eq!((still, last_status), (200, Some(0)));
+    assert!(sb.list().is_empty());
+    sb.assert_clean("restarts");
+}
