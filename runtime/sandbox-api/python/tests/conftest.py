@@ -44,7 +44,8 @@ def api_bin() -> Path:
 
 
 def tinyrun_bin() -> Path:
-    return Path(os.environ.get("TINYRUN_BIN") or _target() / "debug" / "tinyrun")
+    # The sandbox CLI of the same build, to look for records left behind.
+    return _target() / "debug" / "tinyrun"
 
 
 def _missing(why: str) -> None:
