@@ -162,7 +162,8 @@ def server() -> Iterator[Server]:
     if not binary.exists():
         _missing(f"{binary} is not built (cargo build --workspace)")
     work = tempfile.mkdtemp(prefix="tinyrun-pyclient-")
-    os.chmod(work, 0o700)
+    # The sandbox's unprivileged user must reach the boxes' root filesystems below.
+    os.chmod(work, 0o711)
     token = os.urandom(16).hex()
     tokens = Path(work, "tokens")
     tokens.write_text(token + "\n")
