@@ -20,6 +20,7 @@ from tinyrun import (
     PolicyError,
     Sandbox,
     SandboxError,
+    run,
 )
 
 Make = Callable[..., Sandbox]
@@ -304,3 +305,15 @@ def test_tcp_client_sees_only_its_boxes(make: Make, server: Server) -> None:
         Sandbox(mine.sandbox_id, server.tcp()).files.read("/etc/hostname")
     assert Sandbox(mine.sandbox_id, server.tcp()).kill() is False
     assert mine.is_running()
+
+
+def test_one_shot_run(server: Server) -> None:
+    before = listed(server)
+    r = run("echo $GREETING; cat", type="nano", envs={"GREETING": "hi"}, stdin="in\n", connection=server.conn())
+    assert (r.stdout, r.exit_code, r.error) == ("hi\nin\n", 0, None)
+    assert run(["sh", "-c", "exit 9"], type="nano", connection=server.conn()).exit_code == 9
+    assert run("sleep 20", type="nano", timeout=1, connection=server.conn()).timed_out
+    with pytest.raises(PolicyError) as e:
+        run("true", type="nano", writable_root=True, connection=server.conn())
+    assert e.value.field == "writable_root"
+    assert listed(server) == before

@@ -31,6 +31,7 @@ from .exceptions import (
 )
 from .files import Files
 from .models import CommandResult, EntryInfo, SandboxInfo
+from .oneshot import run
 from .sandbox import Sandbox
 
 __all__ = [
@@ -53,4 +54,5 @@ __all__ = [
     "TooLargeError",
     "UnavailableError",
     "UnixHTTPConnection",
+    "run",
 ]
