@@ -454,3 +454,48 @@ fn sigterm_drains_and_a_restart_adopts() {
     assert!(sb.list().is_empty());
     sb.assert_clean("restarts");
 }
+
+/// TCP is loopback only and never without tokens: a non-loopback address or a missing token file
+/// does not start; a request without the token gets 401; two tokens are two clients.
+#[test]
+fn tcp_is_loopback_with_tokens() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_tcp");
+    let tg = tag(&sb);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let addr = format!("127.0.0.1:{port}");
+    let tokens = sb.rt.work().join("tokens");
+    let (a, b) = ("token-a-0123456789abcdef", "token-b-0123456789abcdef");
+    std::fs::write(&tokens, format!("{a}\n{b}\n")).expect("write");
+    let refused = |flags: &[&str]| sb.rt.command(&["sandbox", "serve"]).args(flags).output().expect("serve");
+    let wide = refused(&["--listen", &format!("0.0.0.0:{port}"), "--token-file", tokens.to_str().unwrap_or("")]);
+    let no_token = refused(&["--listen", &addr]);
+    let srv = Server::start(&sb, &["--listen", &addr, "--token-file", tokens.to_str().unwrap_or("")]);
+    let tcp = |token: Option<&str>, method: &str, path: &str, body: Option<&str>| {
+        let mut c = Command::new("curl");
+        c.args(["-s", "-m", "60", "-o", "-", "-w", "\n%{http_code}", "-X", method]);
+        if let Some(t) = token {
+            c.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        if let Some(d) = body {
+            c.args(["-d", d]);
+        }
+        let o = c.arg(format!("http://{addr}{path}")).output().expect("curl");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse::<u16>().unwrap_or(0), body.to_string())
+    };
+    let (anon, _) = tcp(None, "GET", "/v1/health", None);
+    let (wrong, _) = tcp(Some("token-c-0123456789abcdef"), "GET", "/v1/health", None);
+    let create = json!({"type": "nano", "env": [tg]}).to_string();
+    let (made, v) = tcp(Some(a), "POST", "/v1/boxes", Some(&create));
+    let id = serde_json::from_str::<Value>(&v).unwrap_or_default()["id"].as_str().unwrap_or("-").to_string();
+    let (by_b, _) = tcp(Some(b), "GET", &format!("/v1/boxes/{id}"), None);
+    let (by_a, _) = tcp(Some(a), "GET", &format!("/v1/boxes/{id}"), None);
+    saw(sb.name, format!("0.0.0.0: {:?}; no token file: {:?}; anonymous {anon}, wrong token {wrong}; made {made}; other token {by_b}, own {by_a}", wide.status.code(), no_token.status.code()));
+    assert!(!wide.status.success() && String::from_utf8_lossy(&wide.stderr).contains("loopback"));
+    assert!(!no_token.status.success() && String::from_utf8_lossy(&no_token.stderr).contains("token"));
+    assert_eq!((anon, wrong, made, by_b, by_a), (401, 401, 201, 404, 200));
+    drop(srv);
+    sb.assert_clean("a TCP client's box");
+}
