@@ -208,6 +208,8 @@ def test_policy_refusal(server: Server) -> None:
     with pytest.raises(PolicyError) as e:
         Sandbox.create(type="nano", no_seccomp=True, connection=server.conn())
     assert e.value.field == "no_seccomp"
+    with pytest.raises(InvalidArgumentError):
+        Sandbox.create(type="nano", no_such_option=1, connection=server.conn())
     # Refused: no box was made.
     assert listed(server) == before
 
@@ -290,6 +292,9 @@ def test_run_code(make: Make) -> None:
 def test_tcp_with_token(server: Server) -> None:
     with Sandbox.create(type="nano", connection=server.tcp()) as sbx:
         assert sbx.commands.run("echo tcp").stdout == "tcp\n"
+        chunks: list[str] = []
+        assert sbx.commands.run("echo a; sleep 0.3; echo b", on_stdout=chunks.append).stdout == "a\nb\n"
+        assert "".join(chunks) == "a\nb\n"
         assert [b.sandbox_id for b in Sandbox.list(connection=server.tcp())] == [sbx.sandbox_id]
     with pytest.raises(AuthenticationError) as e:
         Sandbox.list(connection=server.tcp(token="not-the-token"))
