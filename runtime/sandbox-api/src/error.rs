@@ -78,7 +78,8 @@ impl ApiError {
             E::InvalidArgument(_) | E::Copy(_) | E::Image(_) => Code::BadRequest,
             E::Refused(_) => Code::Forbidden,
             E::InvalidState(_) => Code::Conflict,
-            E::Runtime(R::NotFound(_)) => Code::NotFound,
+            // An expired box is gone, as GET says; the text says when and why.
+            E::Runtime(R::NotFound(_)) | E::Expired { .. } => Code::NotFound,
             E::Runtime(R::InvalidId(..) | R::InvalidArgument(_)) => Code::BadRequest,
             E::Runtime(R::AlreadyExists(_)) => Code::Conflict,
             _ => Code::Internal,
