@@ -342,7 +342,8 @@ fn a_flood_of_refused_calls_is_counted_and_ends_promptly() {
 }
 
 /// `while True: pass` is killed at the 1 s timeout, with the whole process tree (a forked,
-/// setsid'd child spins too), and reported as `timed_out`; CPU stays within half a core.
+/// setsid'd child spins too), and reported as `timed_out`; CPU stays within half a core, and the
+/// result reports the throttling that held it there.
 #[test]
 fn busy_loop_killed_at_timeout() {
     require_root!();
@@ -374,6 +375,11 @@ fn busy_loop_killed_at_timeout() {
     let cpu = v["cpu_ms"].as_u64().unwrap();
     assert!(cpu >= 100, "cpu_ms {cpu}: the loop hardly ran\n{o}");
     assert!(cpu <= dur / 2 + 150, "cpu_ms {cpu} over half a core for {dur} ms (--cpus default 0.5)\n{o}");
+    // The spin ran into the CPU cap: its result says so (throttled periods and time).
+    let limits = &v["refused"]["limits"];
+    assert!(limits["cpu_throttled_periods"].as_u64() >= Some(1), "the CPU cap's throttling is not reported: {v}");
+    assert!(limits["cpu_throttled_us"].as_u64() >= Some(1), "{v}");
+    assert_eq!(quick["refused"], Value::Null, "a quick `true` hit nothing: {quick}");
     assert_eq!(t["timed_out"], true, "{t}");
     assert_eq!(quick["timed_out"], false, "{quick}");
     assert_eq!(quick["exit_code"], 0, "{quick}");

@@ -192,9 +192,14 @@ fn a_flood_of_destinations_is_capped() {
     assert_eq!(flood["stdout"]["text"], json!("sent\n"), "{flood}");
     assert_eq!(seen.len(), 64, "the first 64 destinations are listed: {listed}");
     assert!(seen.iter().all(|c| c.3 == 1 && c.0.starts_with("10.")), "{listed}");
-    assert_eq!(total, 10_001, "every datagram and the metadata attempt counted once: {listed}");
+    // Packets are what is counted: a connect's SYN is sent again when the refusal reaches the
+    // socket while its owner holds it (the kernel then keeps the error as a soft one), so the
+    // metadata attempt may count twice. Every datagram counts once.
+    assert!((10_001..=10_002).contains(&total), "every datagram and the metadata attempt counted: {listed}");
     assert!(probed(&after)[&tcp(METADATA, 80)].starts_with("refused:"), "a full record lets nothing through");
-    assert_eq!(after["refused"]["connections_unlisted"], json!(1), "{after}");
+    let unlisted = after["refused"]["connections_unlisted"].as_u64();
+    assert!(matches!(unlisted, Some(1 | 2)), "the metadata attempt, unlisted: {after}");
+    assert_eq!(total - unlisted.unwrap_or(0), 10_000, "every datagram once: {listed}");
     assert!(took < Duration::from_secs(2), "list took {took:?}");
 }
 
