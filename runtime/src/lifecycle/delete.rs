@@ -33,8 +33,9 @@ impl Runtime {
         };
         match c.status() {
             Status::Stopped => {}
-            Status::Created => c.kill_and_wait()?,
-            Status::Running | Status::Paused if force => c.kill_and_wait()?,
+            Status::Created => c.kill_and_wait(false)?,
+            Status::Running if force => c.kill_and_wait(false)?,
+            Status::Paused if force => c.kill_and_wait(true)?,
             Status::Running | Status::Paused => {
                 return Err(RuntimeError::InvalidState(format!("cannot delete container {id} that is not stopped")))
             }
@@ -44,8 +45,16 @@ impl Runtime {
 }
 
 impl Container {
-    fn kill_and_wait(&self) -> Result<()> {
-        match self.signal(nix::sys::signal::Signal::SIGKILL as i32, true) {
+    /// SIGKILLs the container and waits until init is gone. A container
+    /// with a pid namespace of its own that is not paused gets it through
+    /// init alone, as runc does: the kernel then kills every process of the
+    /// namespace, and none can fork past that (a dying namespace hands out
+    /// no pids), so the cgroup is not frozen first (which on v1 polls for
+    /// milliseconds). A paused one's processes would get it only once they
+    /// run again: the cgroup's kill thaws them.
+    fn kill_and_wait(&self, paused: bool) -> Result<()> {
+        let all = paused || !self.rec.own_pid_ns;
+        match self.signal(nix::sys::signal::Signal::SIGKILL as i32, all) {
             Ok(()) | Err(RuntimeError::NotRunning) => {}
             Err(e) => return Err(e),
         }
