@@ -53,9 +53,9 @@ scenarios!(
 /// The ordinary scenarios on the guarded class (`cri_guard.rs` has its defenses): those whose
 /// pods ask for nothing it refuses. `security_context` (its control container runs Unconfined
 /// with containerd's capabilities) and `bidirectional_mount` (SYS_ADMIN, a host directory) ask
-/// for what it refuses or caps, and are tried there as attacks instead; `pod_ip` reads addresses
-/// with `ip`, over a netlink socket, which the sandbox's seccomp profile refuses (the address is
-/// checked there through /proc instead).
+/// for what it refuses or caps, and are tried there as attacks instead. `pod_ip` is not run on the
+/// guarded class: it reads addresses with `ip`, over a netlink socket, which the sandbox's seccomp
+/// profile refuses (so do getifaddrs(3) and every program that lists interfaces with it).
 macro_rules! guarded_scenarios {
     ($($name:ident),* $(,)?) => {
         mod guarded {$(
