@@ -175,7 +175,8 @@ fn bind_unix(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
     if let Some(gid) = gid {
         nix::unistd::chown(path, None, Some(gid)).with_context(|| format!("chown {}", path.display()))?;
     }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("chmod 0660 {}", path.display()))?;
     Ok(l)
 }
 
