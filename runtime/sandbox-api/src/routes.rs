@@ -77,10 +77,15 @@ pub(crate) async fn body<T: DeserializeOwned>(body: Body, keys: &[&str]) -> ApiR
 
 /// Box `id`, if `client` may see it; otherwise as if there were none.
 pub(crate) fn owned(app: &App, client: &Client, id: &str) -> ApiResult<()> {
-    match owners::may(&app.root, client, id) {
+    match owners::may(&app.root, client, id) && !ending(app, id) {
         true => Ok(()),
         false => Err(ApiError::no_box(id)),
     }
+}
+
+/// Whether box `id`'s DELETE was answered while its teardown runs on.
+fn ending(app: &App, id: &str) -> bool {
+    app.ending.lock().is_ok_and(|e| e.contains(id))
 }
 
 async fn health() -> Json<Value> {
@@ -206,7 +211,7 @@ async fn visible(app: &App, client: &Client) -> ApiResult<Vec<Value>> {
         .into_iter()
         .filter_map(|s| {
             let id = s["id"].as_str()?.to_string();
-            owners::may(root, client, &id).then(|| {
+            (owners::may(root, client, &id) && !ending(app, &id)).then(|| {
                 let owner = owners::owner(root, &id);
                 json!({"id": id, "status": s["status"], "pid": s["pid"], "created": s["created"], "owner": owner})
             })
@@ -249,9 +254,15 @@ async fn remove(
     // leaves a box without an owner, which the next one terminates); the
     // client does not wait for its teardown.
     owners::forget(&app.root, &id);
-    let workers = app.workers.clone();
+    if let Ok(mut e) = app.ending.lock() {
+        e.insert(id.clone());
+    }
+    let (a, ended) = (app.clone(), id.clone());
     app.background.spawn(async move {
-        let _ = workers.call(&work, None).await;
+        let _ = a.workers.call(&work, None).await;
+        if let Ok(mut e) = a.ending.lock() {
+            e.remove(&ended);
+        }
     });
     Ok((StatusCode::ACCEPTED, Json(json!({"id": id, "refused": null}))).into_response())
 }

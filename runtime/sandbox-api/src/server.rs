@@ -48,6 +48,9 @@ pub(crate) struct App {
     /// Terminations answered before they were done (DELETE): waited for
     /// at shutdown.
     pub background: TaskTracker,
+    /// The boxes of those terminations: gone for every client from the
+    /// answer on, root included, though their teardown runs on.
+    pub ending: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 pub(crate) fn main(args: Args) -> anyhow::Result<()> {
@@ -71,6 +74,7 @@ pub(crate) fn main(args: Args) -> anyhow::Result<()> {
         max_body,
         idle,
         background: TaskTracker::new(),
+        ending: Default::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(serve(
