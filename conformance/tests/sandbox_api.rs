@@ -499,3 +499,41 @@ fn tcp_is_loopback_with_tokens() {
     drop(srv);
     sb.assert_clean("a TCP client's box");
 }
+
+/// What a box tried and was refused reaches an API client as it does the CLI: in a command's
+/// result, in a streamed command's exit event, and cumulatively in the box's record.
+#[test]
+fn refused_calls_reach_the_api_client() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_refused");
+    let tg = tag(&sb);
+    let srv = Server::start(&sb, &[]);
+    let id = srv.create(&tg, json!({"type": "nano"}));
+    // mount(2) straight from python, so no mount program's own checks come first.
+    let try_mount = ["python3", "-c", "import ctypes; ctypes.CDLL(None).syscall(165, 0, 0, 0, 0, 0)"];
+    let (code, res) = srv.json("POST", &format!("/v1/boxes/{id}/commands"), &json!({"command": try_mount}));
+    let body = json!({"command": try_mount}).to_string();
+    let (_, stream) =
+        srv.curl("POST", &format!("/v1/boxes/{id}/commands"), &["-H", "Accept: application/x-ndjson", "-d", &body]);
+    let (clean_code, clean) = srv.json("POST", &format!("/v1/boxes/{id}/commands"), &json!({"command": ["true"]}));
+    let (_, record) = srv.json("GET", &format!("/v1/boxes/{id}"), &Value::Null);
+    saw(sb.name, format!("json {code} {res}; stream {stream}; clean {clean}; box {record}"));
+    let mounts = |v: &Value| {
+        v["refused"]["syscalls"]
+            .as_array()
+            .and_then(|calls| calls.iter().find(|c| c["name"] == "mount"))
+            .and_then(|c| c["count"].as_u64())
+    };
+    assert_eq!((code, mounts(&res)), (200, Some(1)), "{res}");
+    let exit: Value = stream
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "exit")
+        .unwrap_or_else(|| panic!("no exit event: {stream}"));
+    assert_eq!(mounts(&exit["result"]), Some(1), "{exit}");
+    assert_eq!(clean_code, 200);
+    assert!(clean["refused"].is_null() || mounts(&clean).is_none(), "a clean command reports nothing: {clean}");
+    assert!(mounts(&record).unwrap_or(0) >= 2, "the box's record counts both: {record}");
+    drop(srv);
+    sb.assert_clean("the API's refused box");
+}

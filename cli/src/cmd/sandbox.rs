@@ -94,6 +94,7 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
                 env: a.env.clone(),
                 timeout: a.timeout.as_deref().map(|t| duration("--timeout", t)).transpose()?,
                 capture: a.json,
+                report: a.json,
                 output_cap: output_cap(&a.output_cap)?,
                 interactive: a.interactive,
                 kill_children: a.kill_children,
@@ -117,7 +118,7 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             outln!("{}", humantime::format_rfc3339_seconds(at));
             Ok(0)
         }
-        SandboxCommand::List(a) => print_list(root, &sandbox::list(root)?, a.format).map(|_| 0),
+        SandboxCommand::List(a) => print_list(root, a.format).map(|_| 0),
         SandboxCommand::Pool(SandboxPoolCommand::Fill(a)) => {
             let mut opts = options(&a.size)?;
             opts.lifetime = a.idle_lifetime.as_deref().map(|l| duration("--idle-lifetime", l)).transpose()?;
@@ -168,24 +169,15 @@ fn serve(root: &Path, flags: &[String]) -> anyhow::Error {
 }
 
 /// The JSON form has each box's `refused` record, where it has one.
-fn print_list(root: &Path, all: &[tinyrun::ContainerState], format: ListFormat) -> anyhow::Result<()> {
+fn print_list(root: &Path, format: ListFormat) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     match format {
-        ListFormat::Json => {
-            let mut boxes = Vec::new();
-            for s in all {
-                let mut v = serde_json::to_value(s)?;
-                if let Some(r) = sandbox::refused(root, &s.id).ok().flatten() {
-                    v["refused"] = serde_json::to_value(r)?;
-                }
-                boxes.push(v);
-            }
-            writeln!(out, "{}", serde_json::Value::Array(boxes))?
-        }
+        ListFormat::Json => writeln!(out, "{}", serde_json::to_string(&sandbox::list_with_refused(root)?)?)?,
         ListFormat::Table => {
+            let all = sandbox::list(root)?;
             let w = all.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
             writeln!(out, "{:<w$}   {:<8} {:<8} CREATED", "ID", "PID", "STATUS")?;
-            for s in all {
+            for s in &all {
                 writeln!(out, "{:<w$}   {:<8} {:<8} {}", s.id, s.pid, s.status, s.created)?;
             }
         }

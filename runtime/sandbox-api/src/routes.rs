@@ -213,7 +213,8 @@ async fn visible(app: &App, client: &Client) -> ApiResult<Vec<Value>> {
             let id = s["id"].as_str()?.to_string();
             (owners::may(root, client, &id) && !ending(app, &id)).then(|| {
                 let owner = owners::owner(root, &id);
-                json!({"id": id, "status": s["status"], "pid": s["pid"], "created": s["created"], "owner": owner})
+                json!({"id": id, "status": s["status"], "pid": s["pid"], "created": s["created"], "owner": owner,
+                       "refused": s["refused"]})
             })
         })
         .collect())

@@ -199,6 +199,8 @@ fn call(root: &Path, req: Request) -> ApiResult<Value> {
                 env,
                 timeout: timeout_ms.map(ms),
                 capture: result_file.is_none(),
+                // A streamed command's exit event carries the whole result.
+                report: true,
                 output_cap,
                 interactive: stdin,
                 kill_children,
@@ -216,7 +218,7 @@ fn call(root: &Path, req: Request) -> ApiResult<Value> {
         Request::Extend { id, lifetime_ms } => {
             Ok(json!({ "expires_ms": lib(sandbox::extend(root, &id, ms(lifetime_ms)))? }))
         }
-        Request::List => to_value(&lib(sandbox::list(root))?),
+        Request::List => to_value(&lib(sandbox::list_with_refused(root))?),
         Request::Copy { from, to, limit } => {
             let n = lib(sandbox::cp(root, &from, &to, &CpOptions { limit, follow_links: false }))?;
             Ok(json!({ "bytes": n }))

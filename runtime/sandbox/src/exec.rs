@@ -27,6 +27,11 @@ pub struct ExecRequest {
     pub timeout: Option<std::time::Duration>,
     /// Collect output into the result (`--json`) instead of passing ours.
     pub capture: bool,
+    /// Make the whole result (usage, limits hit, refused calls) while the
+    /// output passes through, as a streamed command's last event needs it;
+    /// `capture` implies it. Without either, the status alone is worth the
+    /// reads.
+    pub report: bool,
     /// Most bytes of stdout and of stderr kept when capturing.
     pub output_cap: usize,
     /// Give the command our stdin (otherwise /dev/null).
@@ -76,7 +81,7 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
         let watch = req.report_writes.as_deref().map(|d| crate::writes::watch(&bundle, d)).transpose()?;
         let mut io = Stdio::piped(req.capture, req.interactive)?;
         let how = Spawn { env: &req.env, kill_children: req.kill_children, deadline };
-        let recorded = recording(root, &rt, id, req.capture);
+        let recorded = recording(root, &rt, id, req.capture || req.report);
         let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
         let mut res = finish(&rt, id, child, started, deadline, &mut io, req.output_cap, Scope::Command, recorded)?;
@@ -90,12 +95,12 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
 }
 
 /// The limits box `id` had hit and its network record before a command,
-/// when its result is captured: the command's result has what grew.
-fn recording(root: &Path, rt: &Runtime, id: &str, capture: bool) -> Watch {
-    let Some(c) = capture.then(|| rt.peek(id).ok()).flatten() else { return Watch::default() };
+/// when its whole result is wanted: the command's result has what grew.
+fn recording(root: &Path, rt: &Runtime, id: &str, report: bool) -> Watch {
+    let Some(c) = report.then(|| rt.peek(id).ok()).flatten() else { return Watch::default() };
     let net = crate::net::NetWatch::open(root, id, c.pid());
     let before = net.read();
-    Watch { refusals: None, limits_before: c.limits_hit(), net: Some((net, before)) }
+    Watch { refusals: None, limits_before: c.limits_hit(), net: Some((net, before)), report: true }
 }
 
 /// How [`spawn_in`] starts a command.

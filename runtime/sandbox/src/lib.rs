@@ -80,7 +80,7 @@ pub use options::{
     MIN_MEMORY,
 };
 pub use pool::{drain as pool_drain, list as pool_list, take as pool_take, PoolBox};
-pub use refused::{of_box as refused, Refused, RefusedConnection, RefusedSyscall};
+pub use refused::{list_with_refused, of_box as refused, Listed, Refused, RefusedConnection, RefusedSyscall};
 pub use result::{Output, PoolUse, SandboxResult, SCHEMA_VERSION, TIMED_OUT, TINYRUN_FAILED};
 pub use teardown::terminate;
 pub use unprivileged::{enter as enter_unprivileged, mode as unprivileged_mode, Mode as UserMode};

@@ -149,6 +149,33 @@ impl Refused {
     }
 }
 
+/// A sandbox as `list` shows it, with what it tried and was refused so far.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    /// Its state, as `tinyrun list` gives a container's.
+    #[serde(flatten)]
+    pub state: tinyrun::ContainerState,
+    /// What it tried and was refused; absent when nothing was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refused>,
+}
+
+/// The sandboxes that exist now ([`crate::list`]), each with its record
+/// ([`of_box`]): `sandbox list --format json` and the API's box list.
+///
+/// # Errors
+/// As [`crate::list`].
+pub fn list_with_refused(root: &std::path::Path) -> crate::error::Result<Vec<Listed>> {
+    Ok(crate::expiry::list(root)?
+        .into_iter()
+        .map(|state| {
+            // A box that ended meanwhile has no record, and is listed as it was.
+            let refused = of_box(root, &state.id).ok().flatten();
+            Listed { state, refused }
+        })
+        .collect())
+}
+
 /// Everything launched box `id` tried and was refused since it was made:
 /// its resident init's record and its cgroup's counters; `None` when
 /// nothing was (or the box has no resident init to ask).

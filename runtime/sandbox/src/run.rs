@@ -40,7 +40,7 @@ pub(crate) fn run(root: &Path, opts: &SandboxOptions, cmd: &[String], capture: b
         // We answer the box's refused calls from here on. Its network
         // record starts empty: the box is new.
         let net = capture.then(|| (crate::net::NetWatch::open(root, &id, c.pid()), Default::default()));
-        let recorded = Watch { refusals: c.refusals(), net, ..Watch::default() };
+        let recorded = Watch { refusals: c.refusals(), net, report: capture, ..Watch::default() };
         c.start()?;
         drop(c);
         let rt = layout::runtime(root);

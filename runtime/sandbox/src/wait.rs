@@ -82,6 +82,9 @@ pub(crate) struct Watch {
     /// With a captured result: where the box's network record is read,
     /// and the record before the command started.
     pub(crate) net: Option<(crate::net::NetWatch, crate::net::NetRefusals)>,
+    /// Make the whole result (usage and what was refused), not just the
+    /// status: a captured result, or a streamed one's last event.
+    pub(crate) report: bool,
 }
 
 /// Waits for `child` until `deadline`, taking its output from `io` into
@@ -242,9 +245,10 @@ pub(crate) fn finish(
     mut watch: Watch,
 ) -> Result<SandboxResult> {
     let mut res = SandboxResult::default();
-    // Only a captured result is shown whole: without capture the caller
-    // sees the status alone, and the usage isn't worth its reads.
-    let capturing = io.capture;
+    // Only a reported result is shown whole (captured, or the last event
+    // of a stream): otherwise the caller sees the status alone, and the
+    // usage isn't worth its reads.
+    let reporting = watch.report;
     let mut calls = tinyrun::Refusals::default();
     let waited = wait_capturing(&mut child, deadline, io, cap, &mut res, (watch.refusals.as_mut(), &mut calls));
     let interrupted = match &waited {
@@ -287,7 +291,7 @@ pub(crate) fn finish(
     }
     res.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     // A box whose lifetime ended meanwhile is gone, and its usage with it.
-    if let Some(c) = capturing.then(|| rt.peek(id).ok()).flatten() {
+    if let Some(c) = reporting.then(|| rt.peek(id).ok()).flatten() {
         let usage = c.usage();
         res.cpu_ms = usage.cpu_ns / 1_000_000;
         res.peak_memory_bytes = usage.peak_memory;
