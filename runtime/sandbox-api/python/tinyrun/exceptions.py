@@ -7,10 +7,25 @@ for such an answer carries those three and the HTTP status.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .models import CommandResult
+
+class FinishedCommand(Protocol):
+    """What an error says of a finished command (a ``models.CommandResult``,
+    named by its shape so that the errors need nothing of the models)."""
+
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def timed_out(self) -> bool: ...
+    @property
+    def signal(self) -> str | None: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
 
 
 class SandboxError(Exception):
@@ -72,7 +87,7 @@ class ProtocolError(SandboxError):
 class CommandExitError(SandboxError):
     """Raised by ``commands.run(..., check=True)`` when the command did not exit 0."""
 
-    def __init__(self, result: CommandResult) -> None:
+    def __init__(self, result: FinishedCommand) -> None:
         if result.error is not None:
             why = result.error
         elif result.timed_out:

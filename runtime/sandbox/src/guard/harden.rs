@@ -37,16 +37,6 @@ const PRIVILEGED_MARKS: [&str; 3] = ["CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS
 /// source instead.
 const VIRTUAL_FS: [&str; 8] = ["proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "shm"];
 
-/// `sys_admin` or `CAP_SYS_ADMIN` -> `CAP_SYS_ADMIN`.
-pub(crate) fn cap_name(c: &str) -> String {
-    let up = c.trim().to_ascii_uppercase();
-    if up.starts_with("CAP_") {
-        up
-    } else {
-        format!("CAP_{up}")
-    }
-}
-
 fn refused(msg: String) -> Error {
     Error::Refused(msg)
 }

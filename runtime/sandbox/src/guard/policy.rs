@@ -113,7 +113,7 @@ impl Policy {
             }
         }
         p.host_paths = f.host_paths;
-        p.capabilities = f.capabilities.iter().map(|c| super::harden::cap_name(c)).collect();
+        p.capabilities = f.capabilities.iter().map(|c| cap_name(c)).collect();
         p.dns = f.dns;
         p.allow = f.allow.iter().map(|a| parse_cidr(a)).collect::<std::result::Result<_, _>>()?;
         if let Some(r) = f.id_range {
@@ -146,6 +146,16 @@ fn parse_cidr(s: &str) -> std::result::Result<Cidr, String> {
         return Err(format!("allow: {s:?} holds the metadata address 169.254.169.254, which a pod never reaches"));
     }
     Ok(c)
+}
+
+/// `sys_admin` or `CAP_SYS_ADMIN` -> `CAP_SYS_ADMIN`.
+fn cap_name(c: &str) -> String {
+    let up = c.trim().to_ascii_uppercase();
+    if up.starts_with("CAP_") {
+        up
+    } else {
+        format!("CAP_{up}")
+    }
 }
 
 #[cfg(test)]
