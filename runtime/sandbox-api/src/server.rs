@@ -111,6 +111,7 @@ async fn serve(
     // those a killed one made but never recorded.
     let swept = app.workers.call(&Work::Sweep { all: false }, None).await;
     swept.map_err(|e| anyhow::anyhow!("adopt the root's boxes: {e}"))?;
+    app.workers.top_up();
     let unix = bind_unix(&socket, group.as_deref())?;
     let tcp = match tcp {
         Some((addr, tokens)) => {

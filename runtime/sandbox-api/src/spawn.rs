@@ -2,14 +2,21 @@
 //! answers. Each is this same binary, run with `--worker`: fork+exec by
 //! std's `Command`, which does nothing between the two but set up fds, so
 //! it is safe from the server's threads. Runs in the server.
+//!
+//! A few workers are started ahead of need ([`SPARES`]): each has exec'd
+//! and initialised and is blocked reading its stdin, so a request costs
+//! a write to a pipe instead of a process start. A request takes one and
+//! a replacement is started in the background; each still makes one call
+//! and exits.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
 
@@ -20,6 +27,11 @@ use crate::worker::Request;
 /// must not become a burst of forks), up to [`QUEUE_WAIT`].
 const MAX_WORKERS: usize = 96;
 const QUEUE_WAIT: Duration = Duration::from_secs(60);
+/// Workers kept started and waiting. Two: a client's next request and a
+/// second client's find one each while the replacements start.
+const SPARES: usize = 2;
+/// How long a stopped command's worker has to end it before it is killed.
+const STOP_WAIT: Duration = Duration::from_secs(10);
 
 /// Spawns workers for one root.
 #[derive(Clone)]
@@ -27,17 +39,126 @@ pub(crate) struct Workers {
     exe: PathBuf,
     root: PathBuf,
     slots: Arc<Semaphore>,
+    spares: Arc<Mutex<Spares>>,
 }
 
-/// A running worker, with its slot.
+#[derive(Default)]
+struct Spares {
+    ready: VecDeque<Child>,
+    /// Being started now, to join `ready`.
+    starting: usize,
+}
+
+/// A running worker, with its slot. Dropped before [`Running::finished`]
+/// (its client went away) a command's worker is sent SIGTERM, on which the
+/// library kills the command and what it started, as it does for `tinyrun
+/// sandbox exec` on Ctrl-C; the box lives on.
 pub(crate) struct Running {
     pub child: Child,
+    stop_on_drop: bool,
     _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Running {
+    /// Its work is done or no longer to be stopped with its client.
+    pub(crate) fn finished(&mut self) {
+        self.stop_on_drop = false;
+    }
+
+    /// Stops the worker (see [`Running`]) and waits until it has gone,
+    /// SIGKILLing it if the library takes more than [`STOP_WAIT`] to end
+    /// the command.
+    pub(crate) async fn stop(mut self) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        if tokio::time::timeout(STOP_WAIT, self.child.wait()).await.is_err() {
+            let _ = self.child.kill().await;
+        }
+        self.finished();
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        // `id` is `None` once the worker has been reaped: its pid may be
+        // someone else's by then.
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.stop_on_drop {
+            self.signal(nix::sys::signal::Signal::SIGTERM);
+        }
+    }
 }
 
 impl Workers {
     pub(crate) fn new(exe: PathBuf, root: &Path) -> Workers {
-        Workers { exe, root: root.to_path_buf(), slots: Arc::new(Semaphore::new(MAX_WORKERS)) }
+        Workers {
+            exe,
+            root: root.to_path_buf(),
+            slots: Arc::new(Semaphore::new(MAX_WORKERS)),
+            spares: Arc::new(Mutex::new(Spares::default())),
+        }
+    }
+
+    /// A fresh worker, blocked on its stdin until it is given a request;
+    /// its stdin, stdout and stderr are pipes.
+    fn spawn(&self) -> ApiResult<Child> {
+        Command::new(&self.exe)
+            .arg("--worker")
+            .arg("--root")
+            .arg(&self.root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| ApiError::internal(format!("start a worker ({}): {e}", self.exe.display())))
+    }
+
+    fn spares(&self) -> std::sync::MutexGuard<'_, Spares> {
+        // A panic while holding it leaves a queue of children, still sound.
+        self.spares.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A spare worker if one is waiting (one that has died meanwhile is
+    /// dropped, and reaped by tokio), else a new one; then spares are
+    /// topped up in the background.
+    fn take(&self) -> ApiResult<Child> {
+        let spare = {
+            let mut s = self.spares();
+            std::iter::from_fn(|| s.ready.pop_front()).find_map(|mut c| matches!(c.try_wait(), Ok(None)).then_some(c))
+        };
+        let child = match spare {
+            Some(c) => c,
+            None => self.spawn()?,
+        };
+        self.top_up();
+        Ok(child)
+    }
+
+    /// Starts workers until [`SPARES`] are waiting or starting, each on a
+    /// blocking thread (a spawn is a fork and an exec: not on the threads
+    /// that answer clients).
+    pub(crate) fn top_up(&self) {
+        let wanted = {
+            let mut s = self.spares();
+            let n = SPARES.saturating_sub(s.ready.len() + s.starting);
+            s.starting += n;
+            n
+        };
+        for _ in 0..wanted {
+            let w = self.clone();
+            tokio::task::spawn_blocking(move || {
+                let made = w.spawn();
+                let mut s = w.spares();
+                s.starting -= 1;
+                if let Ok(c) = made {
+                    s.ready.push_back(c);
+                }
+            });
+        }
     }
 
     /// Starts a worker on `req`; its stdout and stderr are pipes. `stdin`,
@@ -47,41 +168,66 @@ impl Workers {
             .await
             .map_err(|_| ApiError::new(Code::Unavailable, "the server is busy: no worker became free in time"))?
             .map_err(|_| ApiError::new(Code::Unavailable, "the server is shutting down"))?;
-        let mut child = Command::new(&self.exe)
-            .arg("--worker")
-            .arg("--root")
-            .arg(&self.root)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| ApiError::internal(format!("start a worker ({}): {e}", self.exe.display())))?;
         let body = serde_json::to_vec(req).map_err(|e| ApiError::internal(format!("encode the request: {e}")))?;
         let len = u32::try_from(body.len()).map_err(|_| ApiError::bad("the request is too long"))?;
+        let mut child = self.take()?;
+        let stop_on_drop = matches!(req, Request::Exec { .. } | Request::Run { .. });
         let mut w = child.stdin.take().ok_or_else(|| ApiError::internal("a worker without stdin"))?;
         // Fed from a task of its own: a command slow to read its stdin
         // must not hold up reading its output.
         tokio::spawn(async move {
-            let _ = w.write_all(&len.to_be_bytes()).await;
-            let _ = w.write_all(&body).await;
+            let mut head = Vec::with_capacity(4 + body.len());
+            head.extend_from_slice(&len.to_be_bytes());
+            head.extend_from_slice(&body);
+            let _ = w.write_all(&head).await;
             if let Some(data) = stdin {
                 let _ = w.write_all(&data).await;
             }
         });
-        Ok(Running { child, _slot: slot })
+        Ok(Running { child, stop_on_drop, _slot: slot })
     }
 
-    /// Runs `req` in a worker and returns its answer.
+    /// Runs `req` in a worker and returns its answer, as soon as its line
+    /// is complete: the worker's exit is waited for in the background.
     pub(crate) async fn call(&self, req: &Request, stdin: Option<Vec<u8>>) -> ApiResult<Value> {
         let mut running = self.start(req, stdin).await?;
-        let mut out = Vec::new();
         let mut stdout = running.child.stdout.take().ok_or_else(|| ApiError::internal("a worker without stdout"))?;
-        let mut err = Vec::new();
         let mut stderr = running.child.stderr.take().ok_or_else(|| ApiError::internal("a worker without stderr"))?;
-        let (a, b) = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
-        a.and(b).map_err(|e| ApiError::internal(format!("read a worker's answer: {e}")))?;
+        // Read throughout, so that a worker with much to say there never
+        // blocks on it.
+        let said = tokio::spawn(async move {
+            let mut err = Vec::new();
+            let _ = stderr.read_to_end(&mut err).await;
+            err
+        });
+        let out = line(&mut stdout).await.map_err(|e| ApiError::internal(format!("read a worker's answer: {e}")))?;
+        running.finished();
+        if out.ends_with(b"\n") {
+            tokio::spawn(async move {
+                let _ = running.child.wait().await;
+            });
+            return answer(&out, b"");
+        }
+        let err = said.await.unwrap_or_default();
         let _ = running.child.wait().await;
         answer(&out, &err)
+    }
+}
+
+/// Bytes up to and with the first newline, or all there are until EOF.
+async fn line<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = r.read(&mut buf).await?;
+        let Some(got) = buf.get(..n).filter(|g| !g.is_empty()) else { return Ok(out) };
+        match got.iter().position(|b| *b == b'\n') {
+            Some(i) => {
+                out.extend_from_slice(&got[..=i]);
+                return Ok(out);
+            }
+            None => out.extend_from_slice(got),
+        }
     }
 }
 

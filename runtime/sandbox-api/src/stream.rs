@@ -100,9 +100,16 @@ pub(crate) async fn command(
     let err = running.child.stderr.take();
     tokio::spawn(async move {
         let _tmp = tmp;
-        let (a, b) = tokio::join!(pump(out, "stdout", fmt, tx.clone()), pump(err, "stderr", fmt, tx.clone()));
-        let _ = (a, b);
+        let pumped = async {
+            tokio::join!(pump(out, "stdout", fmt, tx.clone()), pump(err, "stderr", fmt, tx.clone()));
+        };
+        tokio::select! {
+            () = pumped => {}
+            // The client went away: nobody reads, so nothing runs on.
+            () = tx.closed() => return running.stop().await,
+        }
         let _ = running.child.wait().await;
+        running.finished();
         let answer = tokio::fs::read(&result_file).await.unwrap_or_default();
         let event = match crate::spawn::answer(&answer, b"") {
             Ok(res) => json!({"type": "exit", "result": res}),
@@ -155,8 +162,7 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(
                 json!({"type": kind, "data": base64::engine::general_purpose::STANDARD.encode(chunk), "encoding": "base64"})
             }
         };
-        // A client that went away: the command runs on to its end (its
-        // timeout, or the box's), and nobody reads.
+        // A client that went away: the caller stops the command.
         if tx.send(Ok(frame(fmt, kind, &event))).await.is_err() {
             return;
         }
