@@ -147,6 +147,7 @@ async fn serve(
     app.background.close();
     let _ = tokio::time::timeout(drain, app.background.wait()).await;
     let swept = app.workers.call(&Work::Sweep { all: !keep }, None).await;
+    app.workers.retire().await;
     swept.map_err(|e| anyhow::anyhow!("end the clients' boxes: {e}"))?;
     Ok(())
 }

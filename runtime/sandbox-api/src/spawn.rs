@@ -5,9 +5,10 @@
 //!
 //! A few workers are started ahead of need ([`SPARES`]): each has exec'd
 //! and initialised and is blocked reading its stdin, so a request costs
-//! a write to a pipe instead of a process start. A request takes one and
-//! a replacement is started in the background; each still makes one call
-//! and exits.
+//! a write to a pipe instead of a process start. A request takes one; its
+//! replacement is started once the request's worker has gone, so that
+//! the start does not compete for the CPU with the request it would not
+//! serve. Each worker still makes one call and exits.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio::sync::Semaphore;
+use tokio_util::task::TaskTracker;
 
 use crate::error::{ApiError, ApiResult, Code};
 use crate::worker::Request;
@@ -40,6 +42,8 @@ pub(crate) struct Workers {
     root: PathBuf,
     slots: Arc<Semaphore>,
     spares: Arc<Mutex<Spares>>,
+    /// Workers that have answered, waited for until they exit.
+    exiting: TaskTracker,
 }
 
 #[derive(Default)]
@@ -47,6 +51,8 @@ struct Spares {
     ready: VecDeque<Child>,
     /// Being started now, to join `ready`.
     starting: usize,
+    /// The server is stopping: no more are started.
+    closed: bool,
 }
 
 /// A running worker, with its slot. Dropped before [`Running::finished`]
@@ -56,6 +62,7 @@ struct Spares {
 pub(crate) struct Running {
     pub child: Child,
     stop_on_drop: bool,
+    workers: Workers,
     _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
@@ -90,6 +97,7 @@ impl Drop for Running {
         if self.stop_on_drop {
             self.signal(nix::sys::signal::Signal::SIGTERM);
         }
+        self.workers.top_up();
     }
 }
 
@@ -100,6 +108,7 @@ impl Workers {
             root: root.to_path_buf(),
             slots: Arc::new(Semaphore::new(MAX_WORKERS)),
             spares: Arc::new(Mutex::new(Spares::default())),
+            exiting: TaskTracker::new(),
         }
     }
 
@@ -123,34 +132,32 @@ impl Workers {
     }
 
     /// A spare worker if one is waiting (one that has died meanwhile is
-    /// dropped, and reaped by tokio), else a new one; then spares are
-    /// topped up in the background.
+    /// dropped, and reaped by tokio), else a new one.
     fn take(&self) -> ApiResult<Child> {
         let spare = {
             let mut s = self.spares();
             std::iter::from_fn(|| s.ready.pop_front()).find_map(|mut c| matches!(c.try_wait(), Ok(None)).then_some(c))
         };
-        let child = match spare {
-            Some(c) => c,
-            None => self.spawn()?,
-        };
-        self.top_up();
-        Ok(child)
+        match spare {
+            Some(c) => Ok(c),
+            None => self.spawn(),
+        }
     }
 
     /// Starts workers until [`SPARES`] are waiting or starting, each on a
     /// blocking thread (a spawn is a fork and an exec: not on the threads
-    /// that answer clients).
+    /// that answer clients). Outside the runtime (its shutdown), none.
     pub(crate) fn top_up(&self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let wanted = {
             let mut s = self.spares();
-            let n = SPARES.saturating_sub(s.ready.len() + s.starting);
+            let n = if s.closed { 0 } else { SPARES.saturating_sub(s.ready.len() + s.starting) };
             s.starting += n;
             n
         };
         for _ in 0..wanted {
             let w = self.clone();
-            tokio::task::spawn_blocking(move || {
+            rt.spawn_blocking(move || {
                 let made = w.spawn();
                 let mut s = w.spares();
                 s.starting -= 1;
@@ -158,6 +165,37 @@ impl Workers {
                     s.ready.push_back(c);
                 }
             });
+        }
+    }
+
+    /// At shutdown: starts no more spares, and ends those there are (their
+    /// stdin closes, on which they exit), waiting for each and for those
+    /// that have answered, so that none outlives the server.
+    pub(crate) async fn retire(&self) {
+        self.spares().closed = true;
+        let deadline = tokio::time::Instant::now() + STOP_WAIT;
+        self.exiting.close();
+        let _ = tokio::time::timeout_at(deadline, self.exiting.wait()).await;
+        loop {
+            let (ready, starting) = {
+                let mut s = self.spares();
+                (std::mem::take(&mut s.ready), s.starting)
+            };
+            if ready.is_empty() && starting == 0 {
+                return;
+            }
+            for mut c in ready {
+                drop(c.stdin.take());
+                if tokio::time::timeout_at(deadline, c.wait()).await.is_err() {
+                    let _ = c.kill().await;
+                }
+            }
+            if starting > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return;
+            }
         }
     }
 
@@ -184,7 +222,7 @@ impl Workers {
                 let _ = w.write_all(&data).await;
             }
         });
-        Ok(Running { child, stop_on_drop, _slot: slot })
+        Ok(Running { child, stop_on_drop, workers: self.clone(), _slot: slot })
     }
 
     /// Runs `req` in a worker and returns its answer, as soon as its line
@@ -203,7 +241,7 @@ impl Workers {
         let out = line(&mut stdout).await.map_err(|e| ApiError::internal(format!("read a worker's answer: {e}")))?;
         running.finished();
         if out.ends_with(b"\n") {
-            tokio::spawn(async move {
+            self.exiting.spawn(async move {
                 let _ = running.child.wait().await;
             });
             return answer(&out, b"");
