@@ -2,8 +2,8 @@
 //! socket, and a raw socket where curl would be too polite): the same results as the CLI, each
 //! client seeing only its own boxes, the policy refusing what is looser than it allows, the files
 //! API keeping cp's rules against escapes, caps on bodies and slow clients, a load of concurrent
-//! commands, a command's working directory, the SIGTERM drain and a restart adopting the boxes
-//! it finds.
+//! commands, a command's working directory, a vanished client's command stopped, the SIGTERM
+//! drain and a restart adopting the boxes it finds.
 //!
 //! Every test prints one line `SANDBOX <name>: <what it saw>` (run with --nocapture) before it
 //! asserts, and leaves nothing behind (checked with the harness's `assert_clean`).
@@ -326,6 +326,49 @@ fn a_command_runs_in_its_cwd() {
     assert_eq!(ran["stdout"]["text"], "", "a refused cwd ran the command: {ran}");
     drop(srv);
     sb.assert_clean("commands with a cwd");
+}
+
+/// A client that disconnects while its command runs (answered whole, or streamed) stops it and
+/// what it started, well before the command's own end; the box lives on and answers.
+#[test]
+fn a_vanished_client_stops_its_command() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_vanish");
+    let tg = tag(&sb);
+    let srv = Server::start(&sb, &[]);
+    let id = srv.create(&tg, json!({"type": "nano"}));
+    let path = format!("/v1/boxes/{id}/commands");
+    let running = |what: &str| {
+        let (_, v) = srv.json("POST", &path, &json!({"command": ["ps", "-eo", "args"]}));
+        v["stdout"]["text"].as_str().unwrap_or_default().lines().any(|l| l.trim() == what)
+    };
+    let mut seen = Vec::new();
+    for (accept, cmd, marks) in [
+        ("application/json", json!(["sleep", "1000"]), vec!["sleep 1000"]),
+        ("application/x-ndjson", json!(["sh", "-c", "sleep 1001 & sleep 1002"]), vec!["sleep 1001", "sleep 1002"]),
+    ] {
+        let body = json!({"command": cmd}).to_string();
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut client = UnixStream::connect(&srv.sock).expect("connect");
+        client.write_all(req.as_bytes()).expect("send");
+        wait_for("the command to run", 20, || marks.iter().all(|m| running(m)));
+        drop(client);
+        let t = Instant::now();
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            marks.iter().all(|m| !running(m))
+        });
+        seen.push(format!("{accept}: gone {gone} after {:?}", t.elapsed()));
+        assert!(gone, "{accept}: {marks:?} still run 10 s after the client went");
+    }
+    let (alive, v) = srv.json("POST", &path, &json!({"command": ["echo", "alive"]}));
+    saw(sb.name, format!("{seen:?}; then the box: {alive} {}", v["stdout"]));
+    assert_eq!((alive, v["stdout"]["text"].as_str()), (200, Some("alive\n")), "{v}");
+    drop(srv);
+    sb.assert_clean("a vanished client's commands");
 }
 
 /// SIGTERM lets a command in flight finish, then terminates the clients' boxes; with
