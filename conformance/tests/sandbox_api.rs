@@ -2,8 +2,9 @@
 //! socket, and a raw socket where curl would be too polite): the same results as the CLI, each
 //! client seeing only its own boxes, the policy refusing what is looser than it allows, the files
 //! API keeping cp's rules against escapes, caps on bodies and slow clients, a load of concurrent
-//! commands, a command's working directory, a vanished client's command stopped, the SIGTERM
-//! drain and a restart adopting the boxes it finds.
+//! commands, a command's working directory, a vanished client's command stopped, a client's box
+//! limit held against concurrent creates, the SIGTERM drain and a restart adopting the boxes it
+//! finds.
 //!
 //! Every test prints one line `SANDBOX <name>: <what it saw>` (run with --nocapture) before it
 //! asserts, and leaves nothing behind (checked with the harness's `assert_clean`).
@@ -369,6 +370,37 @@ fn a_vanished_client_stops_its_command() {
     assert_eq!((alive, v["stdout"]["text"].as_str()), (200, Some("alive\n")), "{v}");
     drop(srv);
     sb.assert_clean("a vanished client's commands");
+}
+
+/// A client's box limit holds against creates at once: with max_boxes 2, of six concurrent
+/// creates by one client two make a box and four are 403 naming max_boxes.
+#[test]
+fn concurrent_creates_hold_the_box_limit() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_limit");
+    let user = LocalUser::new("lim");
+    let policy = sb.rt.work().join("policy.json");
+    std::fs::write(&policy, r#"{"max_boxes": 2}"#).expect("write the policy");
+    let srv = Server::start(&sb, &["--group", &user.name, "--policy", policy.to_str().unwrap_or("")]);
+    let body = json!({"type": "nano", "env": [tag(&sb)]}).to_string();
+    let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    let (code, text) = curl_as(Some(&user), &srv.sock, "POST", "/v1/boxes", &["-d", &body]);
+                    (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("create")).collect()
+    });
+    let made = answers.iter().filter(|(c, _)| *c == 201).count();
+    let refused = answers.iter().filter(|(c, v)| *c == 403 && v["field"] == "max_boxes").count();
+    let boxes = sb.list().len();
+    saw(sb.name, format!("made {made}, refused {refused}, boxes {boxes}: {answers:?}"));
+    assert_eq!((made, refused, boxes), (2, 4, 2), "{answers:?}");
+    drop(srv);
+    sb.assert_clean("boxes at the limit");
 }
 
 /// SIGTERM lets a command in flight finish, then terminates the clients' boxes; with

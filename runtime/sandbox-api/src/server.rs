@@ -42,6 +42,8 @@ pub(crate) struct App {
     pub root: PathBuf,
     pub workers: Workers,
     pub policy: Policy,
+    /// Boxes being made, counted against each client's limit.
+    pub pending: owners::Pending,
     pub metrics: Metrics,
     pub max_body: u64,
     pub idle: Duration,
@@ -67,6 +69,7 @@ pub(crate) fn main(args: Args) -> anyhow::Result<()> {
         workers: Workers::new(exe, &root),
         root: root.clone(),
         policy,
+        pending: owners::Pending::default(),
         metrics: Metrics::default(),
         max_body,
         idle,
