@@ -114,7 +114,6 @@ async fn serve(
     // those a killed one made but never recorded.
     let swept = app.workers.call(&Work::Sweep { all: false }, None).await;
     swept.map_err(|e| anyhow::anyhow!("adopt the root's boxes: {e}"))?;
-    app.workers.top_up();
     let unix = bind_unix(&socket, group.as_deref())?;
     let tcp = match tcp {
         Some((addr, tokens)) => {
@@ -122,6 +121,7 @@ async fn serve(
         }
         None => None,
     };
+    app.workers.top_up();
     let router = crate::routes::router(app.clone());
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -173,9 +173,7 @@ fn bind_unix(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
         .transpose()?;
     // Made under a umask that lets nobody in until the mode and group are
     // set: a socket's permissions are checked at connect.
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    let l = UnixListener::bind(path);
-    nix::sys::stat::umask(old);
+    let l = crate::spawn::with_umask(nix::sys::stat::Mode::from_bits_truncate(0o077), || UnixListener::bind(path));
     let l = l.with_context(|| format!("listen on {}", path.display()))?;
     if let Some(gid) = gid {
         nix::unistd::chown(path, None, Some(gid)).with_context(|| format!("chown {}", path.display()))?;

@@ -35,6 +35,21 @@ const SPARES: usize = 2;
 /// How long a stopped command's worker has to end it before it is killed.
 const STOP_WAIT: Duration = Duration::from_secs(10);
 
+/// Held to spawn a worker, and exclusively while the process's umask is
+/// changed ([`with_umask`]): a worker inherits the umask, and one started
+/// under a narrowed one would make boxes their own users can't read.
+static UMASK: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Runs `f` with the process's umask set to `mask`, and no worker started
+/// meanwhile.
+pub(crate) fn with_umask<T>(mask: nix::sys::stat::Mode, f: impl FnOnce() -> T) -> T {
+    let _only = UMASK.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let old = nix::sys::stat::umask(mask);
+    let out = f();
+    nix::sys::stat::umask(old);
+    out
+}
+
 /// Spawns workers for one root.
 #[derive(Clone)]
 pub(crate) struct Workers {
@@ -115,6 +130,7 @@ impl Workers {
     /// A fresh worker, blocked on its stdin until it is given a request;
     /// its stdin, stdout and stderr are pipes.
     fn spawn(&self) -> ApiResult<Child> {
+        let _umask = UMASK.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         Command::new(&self.exe)
             .arg("--worker")
             .arg("--root")
