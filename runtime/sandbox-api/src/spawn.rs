@@ -296,3 +296,18 @@ pub(crate) fn answer(out: &[u8], err: &[u8]) -> ApiResult<Value> {
     }
     Ok(line.get("ok").cloned().unwrap_or(Value::Null))
 }
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn an_answer_is_its_first_line() {
+        let mut two: &[u8] = b"{\"ok\":1}\n{\"ok\":2}\n";
+        let first = super::line(&mut two).await.unwrap();
+        assert_eq!(super::answer(&first, b"").unwrap(), serde_json::json!(1));
+        let mut cut: &[u8] = b"{\"ok\":";
+        let part = super::line(&mut cut).await.unwrap();
+        assert!(!part.ends_with(b"\n"));
+        let e = super::answer(&part, b"worker died").unwrap_err();
+        assert!(e.error.contains("worker died"), "{e}");
+    }
+}
