@@ -2,132 +2,24 @@
 //! socket, and a raw socket where curl would be too polite): the same results as the CLI, each
 //! client seeing only its own boxes, the policy refusing what is looser than it allows, the files
 //! API keeping cp's rules against escapes, caps on bodies and slow clients, a load of concurrent
-//! commands, the SIGTERM drain and a restart adopting the boxes it finds.
+//! commands, a command's working directory, a vanished client's command stopped, a client's box
+//! limit held against concurrent creates, the SIGTERM drain and a restart adopting the boxes it
+//! finds.
 //!
 //! Every test prints one line `SANDBOX <name>: <what it saw>` (run with --nocapture) before it
 //! asserts, and leaves nothing behind (checked with the harness's `assert_clean`).
 
+mod sandbox_api_common;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use sandbox_api_common::{curl_as, raw, tag, Server};
 use serde_json::{json, Value};
 use tinyrun_conformance::sandbox::{saw, wait_for, Sbx};
 use tinyrun_conformance::{require_root, LocalUser};
-
-/// A server on the test's root, started as `tinyrun sandbox serve FLAGS`; stopped with SIGTERM
-/// (which terminates its clients' boxes) when dropped, killed if that takes over 30 s.
-struct Server {
-    child: Option<Child>,
-    sock: PathBuf,
-}
-
-impl Server {
-    fn start(sb: &Sbx, flags: &[&str]) -> Server {
-        let sock = sb.rt.root().join("sandbox.sock");
-        let child = sb
-            .rt
-            .command(&["sandbox", "serve"])
-            .args(flags)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tinyrun sandbox serve");
-        let s = Server { child: Some(child), sock };
-        wait_for("the server's socket", 20, || UnixStream::connect(&s.sock).is_ok());
-        s
-    }
-
-    /// SIGTERM, then its exit status (within `secs`).
-    fn term(&mut self, secs: u64) -> Option<i32> {
-        let mut c = self.child.take()?;
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).ok()?);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while Instant::now() < deadline {
-            if let Ok(Some(st)) = c.try_wait() {
-                return st.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-        None
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// `curl` over the socket: (HTTP status, body). `extra` goes before the URL.
-    fn curl(&self, method: &str, path: &str, extra: &[&str]) -> (u16, String) {
-        curl_as(None, &self.sock, method, path, extra)
-    }
-
-    fn json(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
-        let (code, text) = self.curl(method, path, &["-H", "Content-Type: application/json", "-d", &body.to_string()]);
-        (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-    }
-
-    /// A box with the test's tag (so the harness finds its processes): its id.
-    #[track_caller]
-    fn create(&self, tag: &str, opts: Value) -> String {
-        let mut body = opts;
-        body["env"] = json!([tag]);
-        let (code, v) = self.json("POST", "/v1/boxes", &body);
-        assert_eq!(code, 201, "create: {v}");
-        v["id"].as_str().expect("an id").to_string()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.term(30);
-    }
-}
-
-fn tag(sb: &Sbx) -> String {
-    sb.common()[1].to_string()
-}
-
-/// curl, as root or (with `user`) as that local user through setpriv.
-fn curl_as(
-    user: Option<&LocalUser>,
-    sock: &std::path::Path,
-    method: &str,
-    path: &str,
-    extra: &[&str],
-) -> (u16, String) {
-    let mut c = match user {
-        Some(u) => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid", &u.uid.to_string(), "--regid", &u.gid.to_string(), "--clear-groups", "--", "curl"]);
-            c
-        }
-        None => Command::new("curl"),
-    };
-    c.args(["-s", "-m", "60", "-o", "-", "-w", "\n%{http_code}", "--unix-socket"]).arg(sock).args(["-X", method]);
-    let o = c.args(extra).arg(format!("http://api{path}")).stdin(Stdio::null()).output().expect("curl");
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
-/// A raw HTTP/1.1 request on a new connection; the whole answer as text (until the server closes
-/// or `secs` pass).
-fn raw(sock: &std::path::Path, request: &[u8], secs: u64) -> String {
-    let mut s = UnixStream::connect(sock).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(secs))).expect("timeout");
-    let _ = s.write_all(request);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 /// Results, files, streams, lifetimes and pools: what the CLI gives, over HTTP.
 #[test]
@@ -406,6 +298,109 @@ fn sixty_four_commands_over_sixteen_boxes() {
     assert!(wrong.is_empty(), "{wrong:#?}");
     drop(srv);
     sb.assert_clean("64 commands");
+}
+
+/// A command's `cwd`: `pwd` prints it, answered whole or streamed; a directory the box does not
+/// have, a relative path and one with `..` are 400 naming the field, and run nothing.
+#[test]
+fn a_command_runs_in_its_cwd() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_cwd");
+    let tg = tag(&sb);
+    let srv = Server::start(&sb, &[]);
+    let id = srv.create(&tg, json!({"type": "nano"}));
+    let path = format!("/v1/boxes/{id}/commands");
+    let (ok, res) = srv.json("POST", &path, &json!({"command": ["pwd"], "cwd": "/tmp"}));
+    let (_, stream) =
+        srv.curl("POST", &path, &["-H", "Accept: application/x-ndjson", "-d", r#"{"command":["pwd"],"cwd":"/proc"}"#]);
+    let (missing, m) = srv.json("POST", &path, &json!({"command": ["touch", "/tmp/ran"], "cwd": "/no/such/dir"}));
+    let (relative, r) = srv.json("POST", &path, &json!({"command": ["pwd"], "cwd": "tmp"}));
+    let (dotdot, d) = srv.json("POST", &path, &json!({"command": ["pwd"], "cwd": "/tmp/../etc"}));
+    let (_, ran) = srv.json("POST", &path, &json!({"command": ["ls", "/tmp"]}));
+    saw(sb.name, format!("/tmp: {ok} {res}; streamed {stream:?}; missing {missing} {m}; relative {relative} {r}; .. {dotdot} {d}; /tmp has {ran}"));
+    assert_eq!((ok, res["stdout"]["text"].as_str()), (200, Some("/tmp\n")), "{res}");
+    assert!(stream.lines().next().is_some_and(|l| l.contains(r#""data":"/proc\n""#)), "{stream}");
+    for (code, v) in [(missing, &m), (relative, &r), (dotdot, &d)] {
+        assert_eq!((code, v["field"].as_str()), (400, Some("cwd")), "{v}");
+    }
+    assert!(m["error"].as_str().is_some_and(|e| e.contains("/no/such/dir")), "{m}");
+    assert_eq!(ran["stdout"]["text"], "", "a refused cwd ran the command: {ran}");
+    drop(srv);
+    sb.assert_clean("commands with a cwd");
+}
+
+/// A client that disconnects while its command runs (answered whole, or streamed) stops it and
+/// what it started, well before the command's own end; the box lives on and answers.
+#[test]
+fn a_vanished_client_stops_its_command() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_vanish");
+    let tg = tag(&sb);
+    let srv = Server::start(&sb, &[]);
+    let id = srv.create(&tg, json!({"type": "nano"}));
+    let path = format!("/v1/boxes/{id}/commands");
+    let running = |what: &str| {
+        let (_, v) = srv.json("POST", &path, &json!({"command": ["ps", "-eo", "args"]}));
+        v["stdout"]["text"].as_str().unwrap_or_default().lines().any(|l| l.trim() == what)
+    };
+    let mut seen = Vec::new();
+    for (accept, cmd, marks) in [
+        ("application/json", json!(["sleep", "1000"]), vec!["sleep 1000"]),
+        ("application/x-ndjson", json!(["sh", "-c", "sleep 1001 & sleep 1002"]), vec!["sleep 1001", "sleep 1002"]),
+    ] {
+        let body = json!({"command": cmd}).to_string();
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut client = UnixStream::connect(&srv.sock).expect("connect");
+        client.write_all(req.as_bytes()).expect("send");
+        wait_for("the command to run", 20, || marks.iter().all(|m| running(m)));
+        drop(client);
+        let t = Instant::now();
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            marks.iter().all(|m| !running(m))
+        });
+        seen.push(format!("{accept}: gone {gone} after {:?}", t.elapsed()));
+        assert!(gone, "{accept}: {marks:?} still run 10 s after the client went");
+    }
+    let (alive, v) = srv.json("POST", &path, &json!({"command": ["echo", "alive"]}));
+    saw(sb.name, format!("{seen:?}; then the box: {alive} {}", v["stdout"]));
+    assert_eq!((alive, v["stdout"]["text"].as_str()), (200, Some("alive\n")), "{v}");
+    drop(srv);
+    sb.assert_clean("a vanished client's commands");
+}
+
+/// A client's box limit holds against creates at once: with max_boxes 2, of six concurrent
+/// creates by one client two make a box and four are 403 naming max_boxes.
+#[test]
+fn concurrent_creates_hold_the_box_limit() {
+    require_root!();
+    let sb = Sbx::new("sbx_api_limit");
+    let user = LocalUser::new("lim");
+    let policy = sb.rt.work().join("policy.json");
+    std::fs::write(&policy, r#"{"max_boxes": 2}"#).expect("write the policy");
+    let srv = Server::start(&sb, &["--group", &user.name, "--policy", policy.to_str().unwrap_or("")]);
+    let body = json!({"type": "nano", "env": [tag(&sb)]}).to_string();
+    let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    let (code, text) = curl_as(Some(&user), &srv.sock, "POST", "/v1/boxes", &["-d", &body]);
+                    (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("create")).collect()
+    });
+    let made = answers.iter().filter(|(c, _)| *c == 201).count();
+    let refused = answers.iter().filter(|(c, v)| *c == 403 && v["field"] == "max_boxes").count();
+    let boxes = sb.list().len();
+    saw(sb.name, format!("made {made}, refused {refused}, boxes {boxes}: {answers:?}"));
+    assert_eq!((made, refused, boxes), (2, 4, 2), "{answers:?}");
+    drop(srv);
+    sb.assert_clean("boxes at the limit");
 }
 
 /// SIGTERM lets a command in flight finish, then terminates the clients' boxes; with

@@ -264,6 +264,9 @@ pub(crate) struct SandboxExecArgs {
     /// with --json, list the files the command wrote under this box directory (e.g. /work)
     #[arg(long, value_name = "DIR")]
     pub report_writes: Option<PathBuf>,
+    /// the command's working directory in the box (an absolute path), instead of the box's own (as `docker exec -w`)
+    #[arg(short = 'w', long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
     /// print one JSON object with the outcome, output and usage, as `sandbox run --json` does
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false")]
     pub json: bool,

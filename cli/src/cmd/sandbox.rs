@@ -99,6 +99,7 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
                 interactive: a.interactive,
                 kill_children: a.kill_children,
                 report_writes: a.report_writes.clone(),
+                cwd: a.cwd.clone(),
             };
             report(&sandbox::exec(root, &a.id, &a.command, &req)?, a.json)
         }

@@ -85,6 +85,13 @@ impl ApiError {
             _ => Code::Internal,
         };
         let text = e.to_string();
+        // A command's working directory that the box does not have: the
+        // request's `cwd` (the box's own always exists).
+        if let E::Runtime(R::Exec(init)) = e {
+            if init.field.as_deref() == Some("process.cwd") {
+                return ApiError::field(Code::BadRequest, "cwd", format!("cwd: {text}"));
+            }
+        }
         // The copy caps are the client's sizes, not a fault of ours.
         let code = if code == Code::BadRequest && text.contains("limit") { Code::TooLarge } else { code };
         ApiError::new(code, text)

@@ -6,9 +6,11 @@
 //! killed at any point leaves either a box with its owner or a box without
 //! one, which the next server terminates. Runs in the server and the worker.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use sha2::Digest;
 
@@ -95,6 +97,50 @@ pub(crate) fn may(root: &Path, client: &Client, id: &str) -> bool {
     client.is_root() || owner(root, id).is_some_and(|o| o == client.name())
 }
 
+/// Boxes being made, per client: counted with the recorded ones, so that
+/// two creates at once can't both pass a client's limit (the record is
+/// written only once its box runs). Server side.
+#[derive(Default)]
+pub(crate) struct Pending(Arc<Mutex<HashMap<String, usize>>>);
+
+/// One box being made for a client; released when dropped.
+pub(crate) struct Reserved {
+    pending: Arc<Mutex<HashMap<String, usize>>>,
+    client: String,
+}
+
+impl Pending {
+    fn map(m: &Mutex<HashMap<String, usize>>) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        // Counts left by a panic are still counts.
+        m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reserves a box for `client` if its recorded and pending boxes are
+    /// fewer than `max`; otherwise `Err` with how many it has.
+    pub(crate) fn reserve(&self, root: &Path, client: &str, max: usize) -> Result<Reserved, usize> {
+        let mut pending = Self::map(&self.0);
+        let made = all(root).iter().filter(|(_, o)| o == client).count();
+        let mine = made + pending.get(client).copied().unwrap_or(0);
+        if mine >= max {
+            return Err(mine);
+        }
+        *pending.entry(client.to_string()).or_insert(0) += 1;
+        Ok(Reserved { pending: self.0.clone(), client: client.to_string() })
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let mut pending = Pending::map(&self.pending);
+        if let Some(n) = pending.get_mut(&self.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                pending.remove(&self.client);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +157,23 @@ mod tests {
         assert!(!may(t.path(), &Client::Uid(1000), "../owners/api-1"));
         forget(t.path(), "api-1");
         assert!(!may(t.path(), &Client::Uid(1000), "api-1") && all(t.path()).is_empty());
+    }
+
+    #[test]
+    fn reservations_count_until_released() {
+        let t = tempfile::tempdir().unwrap();
+        make_dirs(t.path()).unwrap();
+        record(t.path(), "api-1", "uid:1000").unwrap();
+        let p = Pending::default();
+        let second = p.reserve(t.path(), "uid:1000", 3).unwrap();
+        let third = p.reserve(t.path(), "uid:1000", 3).unwrap();
+        assert_eq!(p.reserve(t.path(), "uid:1000", 3).err(), Some(3));
+        let other = p.reserve(t.path(), "uid:1001", 1);
+        assert!(other.is_ok(), "another client's reservations are its own");
+        drop(third);
+        let again = p.reserve(t.path(), "uid:1000", 3);
+        assert!(again.is_ok(), "a released reservation frees its place");
+        drop((second, again, other));
+        assert!(p.0.lock().unwrap().is_empty());
     }
 }

@@ -186,15 +186,22 @@ async fn create(State(app): AppState, Extension(client): Extension<Client>, b: B
         )?),
         None => Some(tinyrun_sandbox::DEFAULT_IDLE_TIMEOUT),
     };
-    let mine = owners::all(&app.root).iter().filter(|(_, o)| *o == client.name()).count();
-    if mine >= app.policy.max_boxes && !client.is_root() {
-        let why = format!("boxes: the client has {mine} live boxes, the policy's most (max_boxes)");
-        return Err(ApiError::field(Code::Forbidden, "max_boxes", why));
-    }
+    let max = if client.is_root() { usize::MAX } else { app.policy.max_boxes };
+    let reserved = app.pending.reserve(&app.root, &client.name(), max).map_err(|mine| {
+        let why = format!("boxes: the client has {mine} boxes, live or being made: the policy's most (max_boxes)");
+        ApiError::field(Code::Forbidden, "max_boxes", why)
+    })?;
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let work = Work::Launch { opts, lifetime_ms: ms(lifetime), idle_timeout_ms: idle.map(ms), owner: client.name() };
     let started = Instant::now();
-    let made = app.workers.call(&work, None).await?;
+    // Held until the worker is done, even if the client goes meanwhile:
+    // the box it makes is counted by its record from then on.
+    let workers = app.workers.clone();
+    let made = tokio::spawn(async move {
+        let _reserved = reserved;
+        workers.call(&work, None).await
+    });
+    let made = made.await.map_err(|e| ApiError::internal(format!("make the box: {e}")))??;
     app.metrics.started(started.elapsed());
     let id = made["id"].as_str().unwrap_or_default().to_string();
     let expires = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + lifetime).to_string();

@@ -42,6 +42,8 @@ pub(crate) struct App {
     pub root: PathBuf,
     pub workers: Workers,
     pub policy: Policy,
+    /// Boxes being made, counted against each client's limit.
+    pub pending: owners::Pending,
     pub metrics: Metrics,
     pub max_body: u64,
     pub idle: Duration,
@@ -70,6 +72,7 @@ pub(crate) fn main(args: Args) -> anyhow::Result<()> {
         workers: Workers::new(exe, &root),
         root: root.clone(),
         policy,
+        pending: owners::Pending::default(),
         metrics: Metrics::default(),
         max_body,
         idle,
@@ -122,6 +125,7 @@ async fn serve(
         }
         None => None,
     };
+    app.workers.top_up();
     let router = crate::routes::router(app.clone());
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -150,6 +154,7 @@ async fn serve(
     app.background.close();
     let _ = tokio::time::timeout(drain, app.background.wait()).await;
     let swept = app.workers.call(&Work::Sweep { all: !keep }, None).await;
+    app.workers.retire().await;
     swept.map_err(|e| anyhow::anyhow!("end the clients' boxes: {e}"))?;
     Ok(())
 }
@@ -172,9 +177,7 @@ fn bind_unix(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
         .transpose()?;
     // Made under a umask that lets nobody in until the mode and group are
     // set: a socket's permissions are checked at connect.
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    let l = UnixListener::bind(path);
-    nix::sys::stat::umask(old);
+    let l = crate::spawn::with_umask(nix::sys::stat::Mode::from_bits_truncate(0o077), || UnixListener::bind(path));
     let l = l.with_context(|| format!("listen on {}", path.display()))?;
     if let Some(gid) = gid {
         nix::unistd::chown(path, None, Some(gid)).with_context(|| format!("chown {}", path.display()))?;

@@ -36,10 +36,11 @@ struct CommandRequest {
     kill_children: bool,
     output_cap: Option<Size>,
     report_writes: Option<String>,
+    cwd: Option<String>,
 }
 
-const KEYS: [&str; 8] =
-    ["command", "env", "timeout", "stdin", "stdin_base64", "kill_children", "output_cap", "report_writes"];
+const KEYS: [&str; 9] =
+    ["command", "env", "timeout", "stdin", "stdin_base64", "kill_children", "output_cap", "report_writes", "cwd"];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -75,6 +76,11 @@ pub(crate) async fn command(
         return Err(ApiError::field(crate::error::Code::BadRequest, "command", "command: empty"));
     }
     let timeout = req.timeout.as_ref().map(|t| span("timeout", t)).transpose()?;
+    let cwd = req.cwd.map(std::path::PathBuf::from);
+    if let Some(Err(e)) = cwd.as_deref().map(tinyrun_sandbox::check_cwd) {
+        let why = e.to_string().replace("--cwd", "cwd");
+        return Err(ApiError::field(crate::error::Code::BadRequest, "cwd", why));
+    }
     let input = stdin(req.stdin, req.stdin_base64.as_deref())?;
     let fmt = format(&headers);
     let tmp = crate::files::Scratch::new(&app.root)?;
@@ -88,6 +94,7 @@ pub(crate) async fn command(
         kill_children: req.kill_children,
         report_writes: req.report_writes.map(Into::into),
         stdin: input.is_some(),
+        cwd,
         result_file: result_file.clone(),
     };
     app.metrics.command();
@@ -100,9 +107,16 @@ pub(crate) async fn command(
     let err = running.child.stderr.take();
     tokio::spawn(async move {
         let _tmp = tmp;
-        let (a, b) = tokio::join!(pump(out, "stdout", fmt, tx.clone()), pump(err, "stderr", fmt, tx.clone()));
-        let _ = (a, b);
+        let pumped = async {
+            tokio::join!(pump(out, "stdout", fmt, tx.clone()), pump(err, "stderr", fmt, tx.clone()));
+        };
+        tokio::select! {
+            () = pumped => {}
+            // The client went away: nobody reads, so nothing runs on.
+            () = tx.closed() => return running.stop().await,
+        }
         let _ = running.child.wait().await;
+        running.finished();
         let answer = tokio::fs::read(&result_file).await.unwrap_or_default();
         let event = match crate::spawn::answer(&answer, b"") {
             Ok(res) => json!({"type": "exit", "result": res}),
@@ -155,8 +169,7 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(
                 json!({"type": kind, "data": base64::engine::general_purpose::STANDARD.encode(chunk), "encoding": "base64"})
             }
         };
-        // A client that went away: the command runs on to its end (its
-        // timeout, or the box's), and nobody reads.
+        // A client that went away: the caller stops the command.
         if tx.send(Ok(frame(fmt, kind, &event))).await.is_err() {
             return;
         }

@@ -71,6 +71,7 @@ pub(crate) enum Request {
         kill_children: bool,
         report_writes: Option<PathBuf>,
         stdin: bool,
+        cwd: Option<PathBuf>,
         /// Streamed: output passes through, the result goes here.
         result_file: Option<PathBuf>,
     },
@@ -193,6 +194,7 @@ fn call(root: &Path, req: Request) -> ApiResult<Value> {
             kill_children,
             report_writes,
             stdin,
+            cwd,
             result_file,
         } => {
             let req = ExecRequest {
@@ -205,6 +207,7 @@ fn call(root: &Path, req: Request) -> ApiResult<Value> {
                 interactive: stdin,
                 kill_children,
                 report_writes,
+                cwd,
             };
             to_value(&lib(sandbox::exec(root, &id, &command, &req))?)
         }

@@ -41,17 +41,45 @@ pub struct ExecRequest {
     pub kill_children: bool,
     /// List the files the command wrote under this box directory.
     pub report_writes: Option<PathBuf>,
+    /// The working directory in the box (absolute, without `..`), instead
+    /// of the box's own.
+    pub cwd: Option<PathBuf>,
+}
+
+/// `cwd` as a command's working directory: absolute, and no `..` (a path
+/// in the box, resolved there; refused here so that what a caller asked
+/// for reads as what runs).
+pub fn check_cwd(cwd: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Component;
+    let plain = cwd.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_) | Component::CurDir));
+    if !cwd.is_absolute() || !plain || cwd.as_os_str().as_bytes().contains(&0) {
+        return Err(Error::InvalidArgument(format!(
+            "--cwd {}: an absolute path in the box, without ..",
+            cwd.display()
+        )));
+    }
+    Ok(())
 }
 
 fn box_process(
     c: &tinyrun::Container,
     cmd: &[String],
     env: &[String],
+    cwd: Option<&Path>,
     tty: bool,
 ) -> Result<tinyrun::oci_spec::runtime::Process> {
     // The box's own user and working directory (its image's, or the
-    // sandbox's user in /work), as `docker exec` keeps them.
-    Ok(c.exec_process(&ProcessOverrides { args: cmd.to_vec(), env: env.to_vec(), tty, ..Default::default() })?)
+    // sandbox's user in /work), as `docker exec` keeps them, unless the
+    // caller names another directory.
+    let over = ProcessOverrides {
+        args: cmd.to_vec(),
+        env: env.to_vec(),
+        cwd: cwd.map(Path::to_path_buf),
+        tty,
+        ..Default::default()
+    };
+    Ok(c.exec_process(&over)?)
 }
 
 /// Runs `cmd` in sandbox `id` (its files persist between calls) until it
@@ -67,6 +95,9 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
     if let Some(e) = req.env.iter().find_map(|e| tinyrun::check_env(e).err()) {
         return Err(Error::InvalidArgument(format!("--env: {e}: use NAME=VALUE")));
     }
+    if let Some(cwd) = &req.cwd {
+        check_cwd(cwd)?;
+    }
     let (rt, lifetime, _touch) = crate::expiry::live_box(root, id)?;
     let started = Instant::now();
     let limit = match (req.timeout, lifetime) {
@@ -80,7 +111,7 @@ pub fn exec(root: &Path, id: &str, cmd: &[String], req: &ExecRequest) -> Result<
         let bundle = layout::bundle(root, id);
         let watch = req.report_writes.as_deref().map(|d| crate::writes::watch(&bundle, d)).transpose()?;
         let mut io = Stdio::piped(req.capture, req.interactive)?;
-        let how = Spawn { env: &req.env, kill_children: req.kill_children, deadline };
+        let how = Spawn { env: &req.env, cwd: req.cwd.as_deref(), kill_children: req.kill_children, deadline };
         let recorded = recording(root, &rt, id, req.capture || req.report);
         let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
@@ -106,6 +137,7 @@ fn recording(root: &Path, rt: &Runtime, id: &str, report: bool) -> Watch {
 /// How [`spawn_in`] starts a command.
 struct Spawn<'a> {
     env: &'a [String],
+    cwd: Option<&'a Path>,
     kill_children: bool,
     /// Until the command runs, too (a paused or busy box).
     deadline: Instant,
@@ -137,7 +169,7 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio)
     let program = ResidentCommand {
         args: cmd.to_vec(),
         env: how.env.to_vec(),
-        cwd: None,
+        cwd: how.cwd.map(Path::to_path_buf),
         kill_children: how.kill_children,
         deadline: Some(how.deadline),
     };
@@ -150,7 +182,7 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio)
         Err(e) => return Err(e.into()),
     }
     let c = rt.load(id)?;
-    let process = box_process(&c, cmd, how.env, false)?;
+    let process = box_process(&c, cmd, how.env, how.cwd, false)?;
     let pid = c.exec_spawn(&ExecOptions {
         process,
         detach: true,
@@ -175,7 +207,7 @@ pub fn shell(root: &Path, id: &str) -> Result<i32> {
     }
     let (rt, _, _touch) = crate::expiry::live_box(root, id)?;
     let c = rt.load(id)?;
-    let process = box_process(&c, &["/bin/sh".to_string()], &[], true)?;
+    let process = box_process(&c, &["/bin/sh".to_string()], &[], None, true)?;
     Ok(c.exec(&ExecOptions {
         process,
         detach: false,
@@ -206,7 +238,7 @@ pub(crate) fn run_in_pooled(
         let watch = crate::make::files_in(&bundle, opts)?;
         let mut io = Stdio::piped(capture, opts.interactive)?;
         let deadline = started + opts.timeout;
-        let how = Spawn { env: &opts.env, kill_children: false, deadline };
+        let how = Spawn { env: &opts.env, cwd: None, kill_children: false, deadline };
         let recorded = recording(root, &rt, id, capture);
         let Some(child) = spawned(spawn_in(&rt, id, cmd, &how, &io))? else { return Ok(timed_out(started)) };
         io.started();
@@ -214,4 +246,20 @@ pub(crate) fn run_in_pooled(
         with_writes(res, watch, &bundle)
     })();
     not_run_as_result(result, capture, started)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn a_cwd_is_absolute_without_dotdot() {
+        for ok in ["/", "/work", "/tmp/./x", "/a b/c"] {
+            assert!(super::check_cwd(Path::new(ok)).is_ok(), "{ok}");
+        }
+        for bad in ["work", "./work", "", "/tmp/../etc", "/..", "/a\0b"] {
+            let e = super::check_cwd(Path::new(bad)).expect_err(bad).to_string();
+            assert!(e.contains("--cwd"), "{bad}: {e}");
+        }
+    }
 }

@@ -68,7 +68,7 @@ use std::path::Path;
 
 pub use copy::{cp, CpOptions};
 pub use error::{Error, Result};
-pub use exec::{exec, shell, ExecRequest};
+pub use exec::{check_cwd, exec, shell, ExecRequest};
 pub use expiry::{extend, list};
 pub use ids::IdRange;
 pub use keys::{PoolOptions, DEFAULT_IDLE_LIFETIME};

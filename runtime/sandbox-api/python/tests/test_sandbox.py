@@ -75,11 +75,18 @@ def test_env_and_cwd(make: Make) -> None:
     assert r.stdout == "from the box|from the command|command\n", r
     sbx.commands.run("mkdir -p /tmp/work/sub", check=True)
     assert sbx.commands.run("pwd", cwd="/tmp/work/sub").stdout == "/tmp/work/sub\n"
-    assert sbx.commands.run(["sh", "-c", "pwd"], cwd="/tmp/work").stdout == "/tmp/work\n"
-    # A command's own status comes through the directory change.
+    assert sbx.commands.run(["pwd"], cwd="/tmp/work").stdout == "/tmp/work\n"
+    streamed: list[str] = []
+    assert sbx.commands.run(["pwd"], cwd="/tmp/work/sub", on_stdout=streamed.append).exit_code == 0
+    assert "".join(streamed) == "/tmp/work/sub\n"
     assert sbx.commands.run("exit 7", cwd="/tmp").exit_code == 7
-    missing = sbx.commands.run("pwd", cwd="/no/such/dir")
-    assert missing.exit_code != 0 and "/no/such/dir" in missing.stderr and missing.stdout == ""
+    with pytest.raises(InvalidArgumentError) as missing:
+        sbx.commands.run("pwd", cwd="/no/such/dir")
+    assert missing.value.field == "cwd" and "/no/such/dir" in str(missing.value), missing.value
+    for bad in ("tmp/work", "/tmp/../etc"):
+        with pytest.raises(InvalidArgumentError) as refused:
+            sbx.commands.run("pwd", cwd=bad)
+        assert refused.value.field == "cwd", refused.value
 
 
 def test_streaming_callbacks(make: Make) -> None:

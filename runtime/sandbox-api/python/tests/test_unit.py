@@ -132,8 +132,7 @@ def test_request_shape(fake: tuple[Canned, Connection]) -> None:
     req = canned.requests[-1]
     assert (req["method"], req["path"]) == ("POST", "/v1/boxes/b1/commands")
     sent = json.loads(req["body"])
-    assert sent["command"] == ["/bin/sh", "-c", 'cd -- "$1" || exit 1; shift; exec "$@"', "sh", "/w",
-                               "/bin/sh", "-c", "echo hi"]
+    assert (sent["command"], sent["cwd"]) == (["/bin/sh", "-c", "echo hi"], "/w")
     assert (sent["env"], sent["timeout"], sent["stdin_base64"]) == (["A=1"], "2s", "AAE=")
     assert "stdin" not in sent
     canned.status, canned.body = 201, b'{"id":"new-box","status":"running"}'
@@ -207,13 +206,11 @@ def test_connection_arguments() -> None:
 
 
 def test_argv_and_durations() -> None:
-    assert argv("echo", None) == ["/bin/sh", "-c", "echo"]
-    assert argv(["ls", "-l"], None) == ["ls", "-l"]
+    assert argv("echo") == ["/bin/sh", "-c", "echo"]
+    assert argv(["ls", "-l"]) == ["ls", "-l"]
     for bad in ([], ["ls", 3]):
         with pytest.raises(InvalidArgumentError):
-            argv(bad, None)  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgumentError):
-        argv("pwd", "relative")
+            argv(bad)  # type: ignore[arg-type]
     assert [seconds(d) for d in (None, 3, 1.5, "2s", "500ms", "2m", "1h30m")] == [0, 3, 1.5, 2, 0.5, 120, 5400]
 
 

@@ -20,12 +20,7 @@ Duration = float | int | str
 Size = int | str
 OutputHandler = Callable[[str], None]
 
-# The API has no working-directory field: a shell changes directory, then
-# becomes the command, so its exit status and signals are the command's.
-_IN_DIR = 'cd -- "$1" || exit 1; shift; exec "$@"'
-
-
-def argv(cmd: str | Sequence[str], cwd: str | None) -> list[str]:
+def argv(cmd: str | Sequence[str]) -> list[str]:
     """The command vector: a string is a shell command line (``/bin/sh -c``),
     a sequence is run as it is."""
     if isinstance(cmd, str):
@@ -34,10 +29,6 @@ def argv(cmd: str | Sequence[str], cwd: str | None) -> list[str]:
         args = list(cmd)
         if not args or not all(isinstance(a, str) for a in args):
             raise InvalidArgumentError("cmd: a shell command line or a non-empty list of strings", field="command")
-    if cwd is not None:
-        if not cwd.startswith("/"):
-            raise InvalidArgumentError(f"cwd {cwd!r}: an absolute path in the box", field="cwd")
-        args = ["/bin/sh", "-c", _IN_DIR, "sh", cwd, *args]
     return args
 
 
@@ -124,7 +115,9 @@ class Commands:
         unless the command exited 0. A non-zero exit, a timeout or a signal
         is otherwise a result, not an exception.
         """
-        req: dict[str, Any] = {"command": argv(cmd, cwd)}
+        req: dict[str, Any] = {"command": argv(cmd)}
+        if cwd is not None:
+            req["cwd"] = cwd
         if envs:
             req["env"] = env_list(envs)
         if timeout is not None:

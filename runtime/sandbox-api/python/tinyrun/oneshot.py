@@ -40,7 +40,7 @@ def run(
     named: dict[str, Any] = {"type": type, "image": image, "timeout": timeout,
                              "env": env_list(envs) if envs else None, "output_cap": output_cap}
     req.update({k: v for k, v in named.items() if v is not None})
-    req["command"] = argv(cmd, None)
+    req["command"] = argv(cmd)
     if pool:
         req["pool"] = True
     if isinstance(stdin, str):
