@@ -53,9 +53,9 @@ scenarios!(
 /// The ordinary scenarios on the guarded class (`cri_guard.rs` has its defenses): those whose
 /// pods ask for nothing it refuses. `security_context` (its control container runs Unconfined
 /// with containerd's capabilities) and `bidirectional_mount` (SYS_ADMIN, a host directory) ask
-/// for what it refuses or caps, and are tried there as attacks instead. `pod_ip` is not run on the
-/// guarded class: it reads addresses with `ip`, over a netlink socket, which the sandbox's seccomp
-/// profile refuses (so do getifaddrs(3) and every program that lists interfaces with it).
+/// for what it refuses or caps, and are tried there as attacks instead. `pod_ip` reads the pod's
+/// addresses with `ip` over a NETLINK_ROUTE socket, the one netlink family a guarded pod may open
+/// (`cri_guard.rs` checks that it can't change anything through it).
 macro_rules! guarded_scenarios {
     ($($name:ident),* $(,)?) => {
         mod guarded {$(
@@ -68,6 +68,7 @@ macro_rules! guarded_scenarios {
 }
 
 guarded_scenarios!(
+    pod_ip,
     container_logs,
     exec_sync,
     shared_network_and_pid_namespaces,

@@ -287,6 +287,14 @@ fn metadata_address_is_refused() {
     assert!(meta.exit_code != 0 && !out.contains("metadata-secret"), "reached the metadata address: {out}");
     let r = cri.exec(&c, &["ip", "link", "set", "lo", "down"]);
     assert_ne!(r.exit_code, 0, "changed the pod's network namespace from inside");
+    // A pod may open a NETLINK_ROUTE socket (to read its addresses): a change sent through it
+    // is the kernel's to refuse, for want of CAP_NET_ADMIN over the pod's namespace.
+    let add = cri.exec(&c, &["ip", "addr", "add", "10.99.0.1/32", "dev", "lo"]);
+    let why = String::from_utf8_lossy(&add.stderr).into_owned();
+    assert!(
+        add.exit_code != 0 && why.contains("RTNETLINK answers: Operation not permitted"),
+        "an address added from inside, or refused before the kernel saw it: {add:?}"
+    );
     escape!(
         "guarded_metadata",
         "GET http://169.254.169.254/ from a guarded pod",

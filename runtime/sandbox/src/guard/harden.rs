@@ -178,7 +178,8 @@ pub(crate) fn harden(spec: &mut Value, policy: &Policy) -> Result<()> {
     }
     limits(&mut spec["linux"]["resources"], policy);
     let requested = spec["linux"]["seccomp"].take();
-    spec["linux"]["seccomp"] = super::seccomp::intersect(&requested, &crate::spec::seccomp_profile()?);
+    let base = super::seccomp::for_pods(crate::spec::seccomp_profile()?);
+    spec["linux"]["seccomp"] = super::seccomp::intersect(&requested, &base);
     Ok(())
 }
 

@@ -47,6 +47,28 @@ fn verdict<'a>(req: &'a Value, name: &str) -> Verdict<'a> {
     }
 }
 
+/// The sandbox's profile as a pod's base: it also lets a pod open
+/// NETLINK_ROUTE sockets, through which its programs list their interfaces
+/// and addresses (`ip`, getifaddrs(3), Go's `net.Interfaces`), as ordinary
+/// workloads do. What they can do there is read: a change (an address, a
+/// link, a route) takes CAP_NET_ADMIN over the pod's network namespace,
+/// which belongs to the node's user namespace, not the pod's. Every other
+/// netlink family (audit, uevents, netfilter, sock_diag, ...) stays
+/// refused, as in a box.
+pub(crate) fn for_pods(mut sandbox: Value) -> Value {
+    if let Some(rules) = sandbox["syscalls"].as_array_mut() {
+        rules.push(json!({
+            "names": ["socket"],
+            "action": "SCMP_ACT_ALLOW",
+            "args": [
+                {"index": 0, "value": libc::AF_NETLINK, "op": "SCMP_CMP_EQ"},
+                {"index": 2, "value": libc::NETLINK_ROUTE, "op": "SCMP_CMP_EQ"}
+            ]
+        }));
+    }
+    sandbox
+}
+
 /// The profile a guarded container gets for `requested` (`null` when the
 /// config has none).
 pub(crate) fn intersect(requested: &Value, sandbox: &Value) -> Value {
@@ -129,5 +151,26 @@ mod tests {
             json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ERRNO"}]});
         let got = names_allowed(&intersect(&deny, &sandbox));
         assert!(!got.contains(&"read".into()) && got.contains(&"write".into()));
+    }
+
+    #[test]
+    fn a_pod_may_open_route_netlink_sockets_only() {
+        let sandbox = crate::spec::seccomp_profile().unwrap();
+        let netlink = |p: &Value| -> Vec<Value> {
+            p["syscalls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["names"] == json!(["socket"]) && r["args"][0]["value"] == libc::AF_NETLINK)
+                .cloned()
+                .collect()
+        };
+        assert!(netlink(&sandbox).is_empty(), "a box opens no netlink socket");
+        // Whatever the pod asked for, the rule holds the protocol to NETLINK_ROUTE.
+        for req in [Value::Null, json!({"defaultAction": "SCMP_ACT_ALLOW"})] {
+            let got = netlink(&intersect(&req, &for_pods(sandbox.clone())));
+            assert_eq!(got.len(), 1, "{got:?}");
+            assert_eq!(got[0]["args"][1], json!({"index": 2, "value": 0, "op": "SCMP_CMP_EQ"}), "{got:?}");
+        }
     }
 }
