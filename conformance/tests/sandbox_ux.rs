@@ -10,6 +10,7 @@
 //! asserts, and leaves nothing behind (checked with the harness's `assert_clean`).
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -864,4 +865,29 @@ fn limits_beyond_the_host_are_refused_and_threads_fit() {
     saw(sb.name, format!("200 threads: exit {:?}, {:?}", o.code(), o.stdout.trim()));
     assert!(o.ok() && o.stdout.trim() == "threads 200", "{o}");
     sb.assert_clean("the runs");
+}
+
+/// A caller whose umask is 077 (a hardened root shell) gets working boxes: what the sandbox
+/// makes for a box's own user (its root filesystem's directories, its files) must be readable
+/// by that user whatever the caller's umask.
+#[test]
+fn a_narrow_umask_does_not_break_boxes() {
+    require_root!();
+    let sb = Sbx::new("sbx_umask");
+    let root = sb.rt.root().to_str().expect("utf-8 root").to_string();
+    let argv = sb.run_argv(&["--json"], &["sh", "-c", "cat /etc/passwd >/dev/null && echo readable"]);
+    let o = Command::new("sh")
+        .args(["-c", "umask 077; exec \"$@\"", "sh"])
+        .arg(&sb.rt.bin)
+        .args(["--root", &root])
+        .args(&argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("sh");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    saw(sb.name, format!("{out} {}", String::from_utf8_lossy(&o.stderr)));
+    let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(v["stdout"]["text"], "readable\n", "{v}");
+    sb.assert_clean("a box made under umask 077");
 }

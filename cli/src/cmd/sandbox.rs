@@ -14,6 +14,11 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
         SandboxCommand::Exec(a) => a.json,
         _ => false,
     };
+    // What the sandbox makes for a box's own user (its root filesystem's
+    // directories, its files) must stay readable by that user: a caller's
+    // narrow umask (077 in a hardened shell) would leave boxes that can't
+    // start. The runtime's own records get explicit modes either way.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     // An ordinary user's sandbox runs in a user namespace of its own, as
     // its root; this process is still single-threaded here.
     let entered = sandbox::enter_unprivileged(root).map_err(anyhow::Error::from);

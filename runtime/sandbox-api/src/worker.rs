@@ -113,6 +113,9 @@ pub(crate) enum Request {
 /// `--worker`: one request from stdin, one answer, exit status 0 (the
 /// answer says whether the call worked).
 pub(crate) fn main(root: &Path) -> u8 {
+    // As `tinyrun sandbox` does: a box's own user must be able to read
+    // what is made for it, whatever umask the server was started with.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     let (answer, file) = match read_request() {
         Ok(req) => {
             let file = match &req {
