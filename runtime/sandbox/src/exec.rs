@@ -200,7 +200,11 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio)
 pub fn shell(root: &Path, id: &str) -> Result<i32> {
     if crate::unprivileged::active() {
         // A terminal comes with `exec`, which joins the box's namespaces
-        // through its init's /proc files: those are the host root's.
+        // through its init's /proc files. The init is not dumpable, and an
+        // ordinary user's command gets EACCES opening them, root of the
+        // box's parent namespace though it is (the init's memory is the
+        // initial namespace's: it was forked there, never executed since);
+        // `exec -i` goes through the box's resident init instead.
         return Err(Error::InvalidArgument(format!(
             "sandbox shell: not available to an ordinary user yet; use `tinyrun sandbox exec -i {id} -- sh -i`"
         )));

@@ -247,13 +247,6 @@ impl SandboxOptions {
         if !crate::unprivileged::active() {
             return Ok(());
         }
-        if self.image.is_some() {
-            return Err(Error::InvalidArgument(
-                "--image: not available to an ordinary user yet (its layers need id-mapped mounts); use --rootfs, \
-                 or run as root"
-                    .into(),
-            ));
-        }
         if self.egress.is_some() {
             return Err(Error::InvalidArgument(
                 "--network egress: not available to an ordinary user yet; its box has loopback only".into(),

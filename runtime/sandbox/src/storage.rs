@@ -32,6 +32,10 @@
 //! (ext4, xfs, btrfs; tmpfs from 6.3); elsewhere an image box fails with
 //! an error naming the step.
 //!
+//! An ordinary user's overlay takes the layers as they are (its cache is
+//! its own, module `image`), with `userxattr`, and is mounted in the mount
+//! namespace its commands share (module `unprivileged`), from Linux 5.11.
+//!
 //! The mounts live as long as the box: made when its bundle is written,
 //! detached by [`release`] when it is removed (terminate, the end of a
 //! one-shot run, or the garbage collection of a crashed run's box). They
@@ -73,8 +77,7 @@ fn mount_error<'a>(what: &'static str, target: &'a Path) -> impl FnOnce(Errno) -
 /// here, whatever the modes below (the box's `tmp` is 1777 inside).
 ///
 /// An ordinary user's box gets the directory as it is (module
-/// `unprivileged`: a mount made in its user namespace would be gone for the
-/// next command), owned by the caller, 0700: its files live in the
+/// `unprivileged`), owned by the caller, 0700: its files live in the
 /// caller's `$XDG_RUNTIME_DIR`, bounded by what bounds that, and the box's
 /// memory cgroup where it has one (a tmpfs page is charged to its writer).
 pub(crate) fn mount_bundle(dir: &Path, size: u64, base: u32) -> Result<()> {
@@ -181,8 +184,10 @@ pub(crate) fn mount_overlay(dir: &Path, lower: Lower<'_>) -> Result<PathBuf> {
     let open = |p: &Path| crate::image::open_dir(p).map_err(|e| Error::io("open", p, e));
     // The id-mapped mount must stay open until overlayfs has taken its
     // layers: closing it would unmount it under them.
+    let unprivileged = crate::unprivileged::active();
     let (_mapped, lowers): (Option<OwnedFd>, Vec<OwnedFd>) = match lower {
         Lower::Host(p) => (None, vec![open(p)?]),
+        Lower::Mapped { dir, layers, .. } if unprivileged => (None, plain_layers(dir, layers)?),
         Lower::Mapped { dir, layers, base } => mapped_layers(dir, layers, base).map(|(m, l)| (Some(m), l))?,
     };
     let (upper, ovl) = (open(&scratch.join(UPPER))?, open(&scratch.join(OVL_WORK))?);
@@ -198,11 +203,18 @@ pub(crate) fn mount_overlay(dir: &Path, lower: Lower<'_>) -> Result<PathBuf> {
     // colons, length) has to survive overlay's option syntax.
     let fd_path = |fd: &OwnedFd| format!("/proc/self/fd/{}", fd.as_raw_fd());
     let paths: Vec<String> = lowers.iter().map(fd_path).collect();
-    let data = format!("lowerdir={},upperdir={},workdir={}", paths.join(":"), fd_path(&upper), fd_path(&ovl));
+    let mut data = format!("lowerdir={},upperdir={},workdir={}", paths.join(":"), fd_path(&upper), fd_path(&ovl));
+    if unprivileged {
+        // Its own marks in user.overlay.*: trusted.* is the initial namespace's.
+        data.push_str(",userxattr");
+    }
     std::fs::create_dir_all(&rootfs).map_err(|e| Error::io("create", &rootfs, e))?;
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     nix::mount::mount(Some("overlay"), &rootfs, Some("overlay"), flags, Some(data.as_str())).map_err(|e| {
-        let why = if matches!(lower, Lower::Mapped { .. }) {
+        let why = if unprivileged {
+            " (an ordinary user may mount overlayfs in its own namespaces from Linux 5.11, where the distribution \
+             allows it)"
+        } else if matches!(lower, Lower::Mapped { .. }) {
             " (overlayfs takes id-mapped layers on detached mounts from Linux 6.15)"
         } else {
             ""
@@ -235,6 +247,18 @@ fn mapped_layers(dir: &Path, layers: &[OsString], base: u32) -> Result<(OwnedFd,
         layers.iter().map(|l| at(l)).collect::<Result<_>>()?
     };
     Ok((tree, fds))
+}
+
+/// Each of `layers` in `dir` (or `dir` itself if there are none) as an fd,
+/// owners as they are: an ordinary user's, whose cache is all its own
+/// (module `image`), and which may not id-map a file system it does not
+/// own.
+fn plain_layers(dir: &Path, layers: &[OsString]) -> Result<Vec<OwnedFd>> {
+    let open = |p: &Path| crate::image::open_dir(p).map_err(|e| Error::io("open image layer", p, e));
+    if layers.is_empty() {
+        return Ok(vec![open(dir)?]);
+    }
+    layers.iter().map(|l| open(&dir.join(l))).collect()
 }
 
 /// Makes `/name` a directory owned by `owner` with `mode` (in the upper

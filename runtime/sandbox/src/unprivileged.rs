@@ -14,10 +14,16 @@
 //! `$XDG_RUNTIME_DIR`. Without a subordinate range only the caller's own
 //! id is mapped, and every box runs its command as that id (0 inside).
 //!
-//! What the namespace can't give is made a variation of the same path,
+//! Its commands share a mount namespace too, made with the user namespace
+//! and kept by the same holder: a box's overlay root (`--image`,
+//! `--rootfs`) is mounted there, as root's are on the host, so a later
+//! `cp` or `exec` finds it and `terminate` removes it; none of it reaches
+//! the host's (the host's mounts are slaves there).
+//!
+//! What the namespaces can't give is made a variation of the same path,
 //! never a second one: a box's storage is plain directories in its bundle
-//! dir instead of tmpfs mounts (no later command could see a mount made in
-//! this namespace), its limits come from a delegated cgroup v2 subtree or,
+//! dir, not tmpfs mounts (so `--tmpfs-size` is reported not applied), its
+//! limits come from a delegated cgroup v2 subtree or,
 //! asked for, from rlimits (module `limits`), and its cgroup is made only
 //! where the caller may (the runtime's rootless cgroups).
 
@@ -81,9 +87,15 @@ pub fn enter(root: &Path) -> Result<Mode> {
     let lock = |how| flock(&file, how).map_err(|e| Error::io("lock", &path, e.into()));
     lock(FlockOperation::LockExclusive)?;
     let own = match holder(root) {
-        Some((pid, start)) => tinyrun::join_own_user_namespace(pid, start, BLOCK)?,
+        Some((pid, start)) => {
+            let own = tinyrun::join_own_user_namespace(pid, start, BLOCK)?;
+            join_mounts(pid, start)?;
+            own
+        }
         None => {
             let own = tinyrun::enter_own_user_namespace(BLOCK)?;
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+                .map_err(|e| Error::Sys { op: "unshare the mount namespace", errno: e })?;
             hold(root)?;
             own
         }
@@ -96,6 +108,38 @@ pub fn enter(root: &Path) -> Result<Mode> {
         count => Mode::Ranges { count },
     };
     Ok(*MODE.get_or_init(|| mode))
+}
+
+/// Moves this process into the mount namespace of the holder `pid`
+/// (started at `start`), keeping its working directory: the mounts a
+/// command makes for a box (its overlay root) are there for every later
+/// command, as the host's are for root's. A holder left by an older
+/// version has none of its own, and there is nothing to join.
+fn join_mounts(pid: i32, start: u64) -> Result<()> {
+    use nix::fcntl::OFlag;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let ns = std::path::PathBuf::from(format!("/proc/{pid}/ns/mnt"));
+    let file = std::fs::File::open(&ns).map_err(|e| Error::io("open", &ns, e))?;
+    // The fd is the holder's only if the holder still runs.
+    if crate::claim::start_time(pid) != Some(start) {
+        return Err(Error::io("open", &ns, nix::errno::Errno::ESRCH.into()));
+    }
+    let own = std::fs::metadata("/proc/self/ns/mnt").map_err(|e| Error::io("stat", "/proc/self/ns/mnt", e))?;
+    let theirs = file.metadata().map_err(|e| Error::io("stat", &ns, e))?;
+    if (own.dev(), own.ino()) == (theirs.dev(), theirs.ino()) {
+        return Ok(());
+    }
+    // setns moves the working directory to the namespace's root: paths the
+    // caller gave relative to its own stay as they were.
+    let cwd = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_PATH | OFlag::O_DIRECTORY).bits())
+        .open(".")
+        .map_err(|e| Error::io("open", ".", e))?;
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNS)
+        .map_err(|e| Error::Sys { op: "setns CLONE_NEWNS (the caller's own mount namespace)", errno: e })?;
+    nix::unistd::fchdir(cwd.as_raw_fd()).map_err(|e| Error::io("return to", ".", e.into()))
 }
 
 /// The lock every command of an ordinary user holds shared.

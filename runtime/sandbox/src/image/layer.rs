@@ -78,16 +78,25 @@ fn view(cache: &Cache, below: &[String], upper: &Path, work: &Path) -> Result<Tr
         .map_err(|e| format!("chown {}: {e}", upper.display()))?;
     nix::sys::stat::fchmod(up.as_raw_fd(), nix::sys::stat::Mode::from_bits_truncate(top.st_mode & 0o7777))
         .map_err(|e| format!("chmod {}: {e}", upper.display()))?;
-    let off: &[(&std::ffi::CStr, &std::ffi::CStr)] =
-        &[(c"redirect_dir", c"off"), (c"metacopy", c"off"), (c"index", c"off")];
+    // In an ordinary user's namespace overlayfs keeps its own marks in
+    // user.overlay.* (trusted.* is the initial namespace's), and redirects
+    // are then never followed (an explicit redirect_dir=off conflicts).
+    let off: &[(&std::ffi::CStr, &std::ffi::CStr)] = if crate::unprivileged::active() {
+        &[(c"userxattr", c""), (c"metacopy", c"off"), (c"index", c"off")]
+    } else {
+        &[(c"redirect_dir", c"off"), (c"metacopy", c"off"), (c"index", c"off")]
+    };
     let parts = overlay::Parts {
         lowers: lowers.iter().map(AsFd::as_fd).collect(),
         upper: (up.as_fd(), wk.as_fd()),
         options: off,
     };
     let attrs = rustix::mount::MountAttrFlags::MOUNT_ATTR_NOSUID | rustix::mount::MountAttrFlags::MOUNT_ATTR_NODEV;
-    let mnt = overlay::mount(&parts, attrs)
-        .map_err(|e| format!("mount the layers below as an overlay to apply it onto: {e} (needs Linux 6.13)"))?;
+    let mnt = overlay::mount(&parts, attrs).map_err(|e| {
+        let own =
+            if crate::unprivileged::active() { "; an ordinary user's, 5.11 and the distribution's leave" } else { "" };
+        format!("mount the layers below as an overlay to apply it onto: {e} (needs Linux 6.13{own})")
+    })?;
     Ok(Tree::from_mount(mnt, upper))
 }
 

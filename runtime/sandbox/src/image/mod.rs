@@ -14,6 +14,13 @@
 //! directory is used in place the same way: its owners (0 to 65535) are
 //! the box's, and nothing is ever written into it.
 //!
+//! An ordinary user (module `unprivileged`) may id-map no file system of
+//! the host's, so its cache, in its own state root, is all its own: every
+//! file owned by the user, which is each of its boxes' root, set-id bits
+//! dropped. Its boxes see the image's files as their root's, whatever
+//! owner the archive gave them; a root filesystem directory it names must
+//! be its own for the same reason.
+//!
 //! The image config's `Env`, `User`, `WorkingDir`, `Entrypoint` and `Cmd`
 //! are what module `process` makes the box's process from.
 
@@ -148,7 +155,10 @@ pub(crate) struct Target<'a> {
 /// least recently used layers no box uses while the cache is over its cap.
 pub(crate) fn prepare(src: &Source, t: &Target<'_>) -> Result<Prepared> {
     let (path, tag) = match src {
-        Source::Dir(p) => return Ok(Prepared { dir: p.clone(), layers: Vec::new(), config: None }),
+        Source::Dir(p) => {
+            check_own(p)?;
+            return Ok(Prepared { dir: p.clone(), layers: Vec::new(), config: None });
+        }
         Source::Layout { path, tag } => (path, tag),
     };
     let image = read(path, tag.as_deref())?;
@@ -162,6 +172,26 @@ pub(crate) fn prepare(src: &Source, t: &Target<'_>) -> Result<Prepared> {
     cache.evict(t.root, t.cache_size)?;
     let layers = chains.iter().rev().map(OsString::from).collect();
     Ok(Prepared { dir: cache.layers_dir(), layers, config: Some(image.config) })
+}
+
+/// An ordinary user's root filesystem directory must be its own: the
+/// box's overlay shows other users' files owned by nobody, and makes no
+/// /work or /tmp over them (an image layout is unpacked as the user's).
+fn check_own(p: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if !crate::unprivileged::active() {
+        return Ok(());
+    }
+    // Seen from the user's own namespace, where the user is 0.
+    let st = std::fs::metadata(p).map_err(|e| Error::io("stat", p, e))?;
+    if st.uid() != 0 {
+        return Err(image_error(
+            p,
+            "not yours: an ordinary user's --image directory must be owned by that user (or give an OCI image \
+             layout, which is unpacked as yours)",
+        ));
+    }
+    Ok(())
 }
 
 /// The chain id of each layer, bottom first, as the image spec defines

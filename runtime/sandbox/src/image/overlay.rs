@@ -11,7 +11,7 @@ use rustix::mount::{FsMountFlags, FsOpenFlags, MountAttrFlags};
 
 /// What an overlay mount is made of: each lower layer (top first) and the
 /// upper and work directories as fds of directories (`O_RDONLY`), and
-/// more `key=value` options.
+/// more `key=value` options (a flag where the value is empty).
 pub(super) struct Parts<'a> {
     pub(super) lowers: Vec<BorrowedFd<'a>>,
     pub(super) upper: (BorrowedFd<'a>, BorrowedFd<'a>),
@@ -52,7 +52,12 @@ pub(super) fn mount(parts: &Parts<'_>, attrs: MountAttrFlags) -> Result<OwnedFd,
         rustix::mount::fsconfig_set_fd(&fs, key, fd).map_err(failed(op)).map_err(with_log)?;
     }
     for (key, value) in parts.options {
-        rustix::mount::fsconfig_set_string(&fs, *key, *value).map_err(failed("fsconfig")).map_err(with_log)?;
+        let set = if value.is_empty() {
+            rustix::mount::fsconfig_set_flag(&fs, *key)
+        } else {
+            rustix::mount::fsconfig_set_string(&fs, *key, *value)
+        };
+        set.map_err(failed("fsconfig")).map_err(with_log)?;
     }
     rustix::mount::fsconfig_create(&fs).map_err(failed("fsconfig create")).map_err(with_log)?;
     rustix::mount::fsmount(&fs, FsMountFlags::FSMOUNT_CLOEXEC, attrs).map_err(failed("fsmount")).map_err(with_log)

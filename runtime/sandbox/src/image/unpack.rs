@@ -74,8 +74,21 @@ fn image_id(id: u64) -> u32 {
     u32::try_from(id).ok().filter(|i| *i < BLOCK).unwrap_or(65_534)
 }
 
+/// An entry's owner in the cache. An ordinary user's cache is all its own
+/// (id 0 of its namespace): it may own no other id every box of its could
+/// map (module `storage`).
 fn owner(h: &tar::Header) -> (u32, u32) {
+    if crate::unprivileged::active() {
+        return (0, 0);
+    }
     (image_id(h.uid().unwrap_or(0)), image_id(h.gid().unwrap_or(0)))
+}
+
+/// An entry's mode in the cache: an ordinary user's cache has no set-id
+/// file (they would be set to the user itself).
+fn mode_of(h: &tar::Header) -> Mode {
+    let keep = if crate::unprivileged::active() { 0o1777 } else { 0o7777 };
+    Mode::from_bits_truncate(h.mode().unwrap_or(0o644) & keep)
 }
 
 /// What an unpack did.
@@ -168,7 +181,7 @@ fn apply(
 ) -> Result<(), String> {
     let h = entry.header().clone();
     let owner = owner(&h);
-    let mode = Mode::from_bits_truncate(h.mode().unwrap_or(0o644) & 0o7777);
+    let mode = mode_of(&h);
     let kind = h.entry_type();
     let Some((name, parents)) = names.split_last() else {
         // "./": the layer's root directory itself.
