@@ -172,7 +172,6 @@ async fn create(State(app): AppState, Extension(client): Extension<Client>, b: B
         (None, Some(_)) => checked.timeout,
         (None, None) => tinyrun_sandbox::DEFAULT_LIFETIME,
     };
-    app.policy.lifetime("lifetime", lifetime)?;
     let idle = match own.idle_timeout {
         Some(Value::String(s)) if s == "off" => None,
         Some(v) => Some(span(
@@ -181,6 +180,22 @@ async fn create(State(app): AppState, Extension(client): Extension<Client>, b: B
         )?),
         None => Some(tinyrun_sandbox::DEFAULT_IDLE_TIMEOUT),
     };
+    let id = launch(&app, &client, opts, lifetime, idle).await?;
+    let expires = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + lifetime).to_string();
+    let b = json!({"id": id, "status": "running", "owner": client.name(), "expires_at": expires});
+    Ok((StatusCode::CREATED, Json(b)).into_response())
+}
+
+/// Makes a box for `client` (options already checked against the
+/// policy), within the policy's lifetime and number of boxes; its id.
+pub(crate) async fn launch(
+    app: &App,
+    client: &Client,
+    opts: Options,
+    lifetime: Duration,
+    idle: Option<Duration>,
+) -> ApiResult<String> {
+    app.policy.lifetime("lifetime", lifetime)?;
     let mine = owners::all(&app.root).iter().filter(|(_, o)| *o == client.name()).count();
     if mine >= app.policy.max_boxes && !client.is_root() {
         let why = format!("boxes: the client has {mine} live boxes, the policy's most (max_boxes)");
@@ -191,14 +206,11 @@ async fn create(State(app): AppState, Extension(client): Extension<Client>, b: B
     let started = Instant::now();
     let made = app.workers.call(&work, None).await?;
     app.metrics.started(started.elapsed());
-    let id = made["id"].as_str().unwrap_or_default().to_string();
-    let expires = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + lifetime).to_string();
-    let b = json!({"id": id, "status": "running", "owner": client.name(), "expires_at": expires});
-    Ok((StatusCode::CREATED, Json(b)).into_response())
+    Ok(made["id"].as_str().unwrap_or_default().to_string())
 }
 
 /// The boxes `client` may see, as the API shows them.
-async fn visible(app: &App, client: &Client) -> ApiResult<Vec<Value>> {
+pub(crate) async fn visible(app: &App, client: &Client) -> ApiResult<Vec<Value>> {
     let all = app.workers.call(&Work::List, None).await?;
     let all = all.as_array().cloned().unwrap_or_default();
     let root = &app.root;
