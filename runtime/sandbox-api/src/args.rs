@@ -26,6 +26,16 @@ pub(crate) struct Args {
     /// also listen on this loopback TCP address (127.0.0.1:PORT or [::1]:PORT); needs --token-file
     #[arg(long, value_name = "ADDR", requires = "token_file")]
     pub listen: Option<String>,
+    /// also serve the e2b SDK's control plane and in-box daemon on the TCP address
+    ///
+    /// Point the unmodified e2b Python SDK here with E2B_API_URL=http://ADDR, E2B_SANDBOX_URL=http://ADDR and
+    /// E2B_API_KEY=one of the tokens. It can then make, list, extend and end boxes (Sandbox.create, Sandbox.list,
+    /// set_timeout, kill), run commands in them (commands.run, in the foreground or background, and kill) and read,
+    /// write and list their files. Each box answers to the access token its create handed out. What a box here
+    /// cannot do (another template, metadata, internet access, pause, a terminal, stdin, cwd, another user) is
+    /// refused naming the field; the SDK's other calls are answered 404 or unimplemented.
+    #[arg(long, requires = "listen")]
+    pub e2b: bool,
     /// the bearer tokens TCP clients must send (one per line; each token is a client of its own)
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,

@@ -60,11 +60,11 @@ fn getrandom(b: &mut [u8]) -> ApiResult<()> {
 
 #[derive(Deserialize)]
 pub(crate) struct PathQuery {
-    path: String,
+    pub(crate) path: String,
 }
 
 /// `ID:PATH` for cp, the path checked to be absolute and one cp can name.
-fn box_path(id: &str, q: &PathQuery) -> ApiResult<String> {
+pub(crate) fn box_path(id: &str, q: &PathQuery) -> ApiResult<String> {
     let p = &q.path;
     if !p.starts_with('/') || p.contains('\0') || p.len() > 4096 {
         return Err(ApiError::field(Code::BadRequest, "path", format!("path {p:?}: an absolute path in the box")));
@@ -73,13 +73,13 @@ fn box_path(id: &str, q: &PathQuery) -> ApiResult<String> {
 }
 
 /// The upload cap: the server's body cap and the policy's copy cap.
-fn cap(app: &App) -> u64 {
+pub(crate) fn cap(app: &App) -> u64 {
     app.max_body.min(app.policy.max_copy_limit)
 }
 
 /// Writes the request body to `to`, at most `cap` bytes, each chunk
 /// within the idle timeout.
-async fn receive(app: &App, headers: &HeaderMap, body: Body, to: &FsPath) -> ApiResult<u64> {
+pub(crate) async fn receive(app: &App, headers: &HeaderMap, body: Body, to: &FsPath) -> ApiResult<u64> {
     let cap = cap(app);
     let announced = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if announced.is_some_and(|n| n > cap) {
@@ -137,7 +137,7 @@ pub(crate) async fn write(
 
 /// Copies box path `q` of `id` out into a scratch directory; returns it
 /// and the copy's path there.
-async fn copy_out(app: &App, id: &str, q: &PathQuery) -> ApiResult<(Scratch, PathBuf)> {
+pub(crate) async fn copy_out(app: &App, id: &str, q: &PathQuery) -> ApiResult<(Scratch, PathBuf)> {
     let from = box_path(id, q)?;
     let tmp = Scratch::new(&app.root)?;
     let out = tmp.path().join("out");

@@ -7,6 +7,7 @@
 
 mod archive;
 mod args;
+mod e2b;
 mod error;
 mod files;
 #[cfg(test)]

@@ -177,7 +177,6 @@ async fn create(State(app): AppState, Extension(client): Extension<Client>, b: B
         (None, Some(_)) => checked.timeout,
         (None, None) => tinyrun_sandbox::DEFAULT_LIFETIME,
     };
-    app.policy.lifetime("lifetime", lifetime)?;
     let idle = match own.idle_timeout {
         Some(Value::String(s)) if s == "off" => None,
         Some(v) => Some(span(
@@ -186,6 +185,22 @@ async fn create(State(app): AppState, Extension(client): Extension<Client>, b: B
         )?),
         None => Some(tinyrun_sandbox::DEFAULT_IDLE_TIMEOUT),
     };
+    let id = launch(&app, &client, opts, lifetime, idle).await?;
+    let expires = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + lifetime).to_string();
+    let b = json!({"id": id, "status": "running", "owner": client.name(), "expires_at": expires});
+    Ok((StatusCode::CREATED, Json(b)).into_response())
+}
+
+/// Makes a box for `client` (options already checked against the
+/// policy), within the policy's lifetime and number of boxes; its id.
+pub(crate) async fn launch(
+    app: &App,
+    client: &Client,
+    opts: Options,
+    lifetime: Duration,
+    idle: Option<Duration>,
+) -> ApiResult<String> {
+    app.policy.lifetime("lifetime", lifetime)?;
     let max = if client.is_root() { usize::MAX } else { app.policy.max_boxes };
     let reserved = app.pending.reserve(&app.root, &client.name(), max).map_err(|mine| {
         let why = format!("boxes: the client has {mine} boxes, live or being made: the policy's most (max_boxes)");
@@ -203,14 +218,11 @@ async fn create(State(app): AppState, Extension(client): Extension<Client>, b: B
     });
     let made = made.await.map_err(|e| ApiError::internal(format!("make the box: {e}")))??;
     app.metrics.started(started.elapsed());
-    let id = made["id"].as_str().unwrap_or_default().to_string();
-    let expires = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + lifetime).to_string();
-    let b = json!({"id": id, "status": "running", "owner": client.name(), "expires_at": expires});
-    Ok((StatusCode::CREATED, Json(b)).into_response())
+    Ok(made["id"].as_str().unwrap_or_default().to_string())
 }
 
 /// The boxes `client` may see, as the API shows them.
-async fn visible(app: &App, client: &Client) -> ApiResult<Vec<Value>> {
+pub(crate) async fn visible(app: &App, client: &Client) -> ApiResult<Vec<Value>> {
     let all = app.workers.call(&Work::List, None).await?;
     let all = all.as_array().cloned().unwrap_or_default();
     let root = &app.root;

@@ -53,6 +53,8 @@ pub(crate) struct App {
     /// The boxes of those terminations: gone for every client from the
     /// answer on, root included, though their teardown runs on.
     pub ending: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// `--e2b`: the commands started through the e2b daemon routes.
+    pub e2b: crate::e2b::Commands,
 }
 
 pub(crate) fn main(args: Args) -> anyhow::Result<()> {
@@ -78,6 +80,7 @@ pub(crate) fn main(args: Args) -> anyhow::Result<()> {
         idle,
         background: TaskTracker::new(),
         ending: Default::default(),
+        e2b: crate::e2b::Commands::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(serve(
@@ -87,6 +90,7 @@ pub(crate) fn main(args: Args) -> anyhow::Result<()> {
         tcp,
         drain,
         args.keep_boxes,
+        args.e2b,
     ))
 }
 
@@ -113,6 +117,7 @@ async fn serve(
     tcp: Option<(SocketAddr, Vec<String>)>,
     drain: Duration,
     keep: bool,
+    e2b: bool,
 ) -> anyhow::Result<()> {
     // A restarted server adopts the boxes recorded as clients' and ends
     // those a killed one made but never recorded.
@@ -127,6 +132,7 @@ async fn serve(
     };
     app.workers.top_up();
     let router = crate::routes::router(app.clone());
+    let e2b = e2b.then(|| crate::e2b::router(app.clone()));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -141,7 +147,8 @@ async fn serve(
             },
             c = async { tcp.as_ref().unwrap().0.accept().await }, if tcp.is_some() => if let Ok((s, _)) = c {
                 let tokens = tcp.as_ref().map(|t| t.1.clone()).unwrap_or_default();
-                connection(&app, &graceful, TokioIo::new(s), router.clone(), Auth::Tokens(Arc::new(tokens)));
+                let auth = Auth::Tokens(Arc::new(tokens), e2b.clone());
+                connection(&app, &graceful, TokioIo::new(s), router.clone(), auth);
             },
             _ = term.recv() => break,
             _ = int.recv() => break,
@@ -192,8 +199,9 @@ fn bind_unix(path: &Path, group: Option<&str>) -> anyhow::Result<UnixListener> {
 enum Auth {
     /// SO_PEERCRED, read at accept.
     Peer(Client),
-    /// A bearer token on each request, one of these.
-    Tokens(Arc<Vec<String>>),
+    /// A bearer token on each request, one of these; with the e2b routes
+    /// (`--e2b`), the e2b SDK's keys and access tokens for those.
+    Tokens(Arc<Vec<String>>, Option<axum::Router>),
 }
 
 fn connection<I>(
@@ -213,7 +221,18 @@ fn connection<I>(
         async move {
             let client = match &auth {
                 Auth::Peer(c) => Some(c.clone()),
-                Auth::Tokens(tokens) => bearer(&req, tokens),
+                Auth::Tokens(tokens, Some(e2b)) if crate::e2b::is_e2b_path(req.uri().path()) => {
+                    let resp = match crate::e2b::caller(req.headers(), tokens, &app.root) {
+                        Some(c) => {
+                            req.extensions_mut().insert(c);
+                            e2b.clone().oneshot(req.map(axum::body::Body::new)).await.into_response()
+                        }
+                        None => crate::e2b::unauthorized(req.uri().path()),
+                    };
+                    app.metrics.request(resp.status());
+                    return Ok(resp);
+                }
+                Auth::Tokens(tokens, _) => bearer(&req, tokens),
             };
             let resp = match client {
                 Some(c) => {

@@ -86,6 +86,12 @@ pub use teardown::terminate;
 pub use unprivileged::{enter as enter_unprivileged, mode as unprivileged_mode, Mode as UserMode};
 pub use writes::{Writes, Written};
 
+/// Launched box `id`'s deadline in unix milliseconds, if it has one.
+pub fn expires_at(root: &Path, id: &str) -> Option<u64> {
+    tinyrun::check_id(id).ok()?;
+    lifetime::expires(root, id)
+}
+
 /// Runs `cmd` in a fresh sandbox and removes it. With `capture`, output is
 /// collected into the result; otherwise it goes to our stdout/stderr.
 /// What crashed runs left behind is collected first.
