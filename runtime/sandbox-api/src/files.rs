@@ -21,10 +21,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
+use crate::app::{owned, too_large, App};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::owners::Client;
-use crate::routes::owned;
-use crate::server::App;
 use crate::worker::Request as Work;
 
 /// A scratch directory, removed with everything in it when dropped.
@@ -83,7 +82,7 @@ pub(crate) async fn receive(app: &App, headers: &HeaderMap, body: Body, to: &FsP
     let cap = cap(app);
     let announced = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if announced.is_some_and(|n| n > cap) {
-        return Err(crate::server::too_large(cap));
+        return Err(too_large(cap));
     }
     let mut f =
         tokio::fs::File::create(to).await.map_err(|e| ApiError::internal(format!("create {}: {e}", to.display())))?;
@@ -98,7 +97,7 @@ pub(crate) async fn receive(app: &App, headers: &HeaderMap, body: Body, to: &FsP
         };
         n += chunk.len() as u64;
         if n > cap {
-            return Err(crate::server::too_large(cap));
+            return Err(too_large(cap));
         }
         f.write_all(&chunk).await.map_err(|e| ApiError::internal(format!("write {}: {e}", to.display())))?;
     }

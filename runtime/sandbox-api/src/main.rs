@@ -5,8 +5,10 @@
 //! has no async runtime.
 #![deny(unsafe_code)]
 
+mod app;
 mod archive;
 mod args;
+mod boxes;
 mod e2b;
 mod error;
 mod files;

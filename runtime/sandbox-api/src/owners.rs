@@ -141,6 +141,12 @@ impl Drop for Reserved {
     }
 }
 
+/// Whether `given` is the secret `known`, compared in constant time (a
+/// token's bytes do not leak through how long a refusal takes).
+pub(crate) fn same_secret(known: &str, given: &str) -> bool {
+    known.len() == given.len() && known.bytes().zip(given.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,14 +12,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::{Extension, Json, Router};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::app::{body, output_cap, owned, stdin, App};
+use crate::boxes::{launch, visible};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::options::{span, Options, Size, Span};
 use crate::owners::{self, Client};
-use crate::server::App;
 use crate::worker::Request as Work;
 
 type AppState = State<Arc<App>>;
@@ -60,34 +60,6 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// A JSON body of at most [`crate::server::MAX_JSON`] bytes, split into the
-/// request's own `keys` and the box options (the rest).
-pub(crate) async fn body<T: DeserializeOwned>(body: Body, keys: &[&str]) -> ApiResult<(T, Options)> {
-    let bytes = axum::body::to_bytes(body, crate::server::MAX_JSON).await.map_err(|_| {
-        ApiError::new(Code::TooLarge, format!("a JSON body is capped at {} bytes", crate::server::MAX_JSON))
-    })?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad(format!("the body is not JSON: {e}")))?;
-    let Value::Object(mut all) = v else { return Err(ApiError::bad("the body must be a JSON object")) };
-    let own: serde_json::Map<String, Value> =
-        keys.iter().filter_map(|k| all.remove(*k).map(|v| (k.to_string(), v))).collect();
-    let own = serde_json::from_value(Value::Object(own)).map_err(|e| ApiError::bad(format!("the request: {e}")))?;
-    let opts = serde_json::from_value(Value::Object(all)).map_err(|e| ApiError::bad(format!("the options: {e}")))?;
-    Ok((own, opts))
-}
-
-/// Box `id`, if `client` may see it; otherwise as if there were none.
-pub(crate) fn owned(app: &App, client: &Client, id: &str) -> ApiResult<()> {
-    match owners::may(&app.root, client, id) && !ending(app, id) {
-        true => Ok(()),
-        false => Err(ApiError::no_box(id)),
-    }
-}
-
-/// Whether box `id`'s DELETE was answered while its teardown runs on.
-fn ending(app: &App, id: &str) -> bool {
-    app.ending.lock().is_ok_and(|e| e.contains(id))
-}
-
 async fn health() -> Json<Value> {
     Json(
         json!({"status": "ok", "schema_version": tinyrun_sandbox::SCHEMA_VERSION, "version": env!("CARGO_PKG_VERSION")}),
@@ -109,32 +81,6 @@ struct RunOwn {
     stdin_base64: Option<String>,
     output_cap: Option<Size>,
     report_writes: Option<String>,
-}
-
-pub(crate) fn stdin(text: Option<String>, b64: Option<&str>) -> ApiResult<Option<Vec<u8>>> {
-    use base64::Engine as _;
-    match (text, b64) {
-        (Some(_), Some(_)) => Err(ApiError::field(Code::BadRequest, "stdin", "give stdin or stdin_base64, not both")),
-        (Some(t), None) => Ok(Some(t.into_bytes())),
-        (None, Some(b)) => base64::engine::general_purpose::STANDARD
-            .decode(b)
-            .map(Some)
-            .map_err(|e| ApiError::field(Code::BadRequest, "stdin_base64", format!("stdin_base64: {e}"))),
-        (None, None) => Ok(None),
-    }
-}
-
-pub(crate) fn output_cap(s: Option<&Size>) -> ApiResult<usize> {
-    let n = s.map(|s| crate::options::size("output_cap", s)).transpose()?.unwrap_or(1 << 20);
-    // More than a megabyte of each stream is what streaming is for.
-    if n > 16 << 20 {
-        return Err(ApiError::field(
-            Code::Forbidden,
-            "output_cap",
-            "output_cap: at most 16M (stream the output instead)",
-        ));
-    }
-    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 async fn run(State(app): AppState, Extension(client): Extension<Client>, b: Body) -> ApiResult<Json<Value>> {
@@ -189,54 +135,6 @@ async fn create(State(app): AppState, Extension(client): Extension<Client>, b: B
     let expires = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + lifetime).to_string();
     let b = json!({"id": id, "status": "running", "owner": client.name(), "expires_at": expires});
     Ok((StatusCode::CREATED, Json(b)).into_response())
-}
-
-/// Makes a box for `client` (options already checked against the
-/// policy), within the policy's lifetime and number of boxes; its id.
-pub(crate) async fn launch(
-    app: &App,
-    client: &Client,
-    opts: Options,
-    lifetime: Duration,
-    idle: Option<Duration>,
-) -> ApiResult<String> {
-    app.policy.lifetime("lifetime", lifetime)?;
-    let max = if client.is_root() { usize::MAX } else { app.policy.max_boxes };
-    let reserved = app.pending.reserve(&app.root, &client.name(), max).map_err(|mine| {
-        let why = format!("boxes: the client has {mine} boxes, live or being made: the policy's most (max_boxes)");
-        ApiError::field(Code::Forbidden, "max_boxes", why)
-    })?;
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let work = Work::Launch { opts, lifetime_ms: ms(lifetime), idle_timeout_ms: idle.map(ms), owner: client.name() };
-    let started = Instant::now();
-    // Held until the worker is done, even if the client goes meanwhile:
-    // the box it makes is counted by its record from then on.
-    let workers = app.workers.clone();
-    let made = tokio::spawn(async move {
-        let _reserved = reserved;
-        workers.call(&work, None).await
-    });
-    let made = made.await.map_err(|e| ApiError::internal(format!("make the box: {e}")))??;
-    app.metrics.started(started.elapsed());
-    Ok(made["id"].as_str().unwrap_or_default().to_string())
-}
-
-/// The boxes `client` may see, as the API shows them.
-pub(crate) async fn visible(app: &App, client: &Client) -> ApiResult<Vec<Value>> {
-    let all = app.workers.call(&Work::List, None).await?;
-    let all = all.as_array().cloned().unwrap_or_default();
-    let root = &app.root;
-    Ok(all
-        .into_iter()
-        .filter_map(|s| {
-            let id = s["id"].as_str()?.to_string();
-            (owners::may(root, client, &id) && !ending(app, &id)).then(|| {
-                let owner = owners::owner(root, &id);
-                json!({"id": id, "status": s["status"], "pid": s["pid"], "created": s["created"], "owner": owner,
-                       "refused": s["refused"]})
-            })
-        })
-        .collect())
 }
 
 async fn list(State(app): AppState, Extension(client): Extension<Client>) -> ApiResult<Json<Value>> {

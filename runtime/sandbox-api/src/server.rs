@@ -4,7 +4,7 @@
 //!
 //! Caps: a request header over [`MAX_HEADER`] or not complete within
 //! `--idle-timeout` closes the connection (slow-loris); JSON bodies are
-//! capped at [`MAX_JSON`], uploads at `--max-body` (refused from their
+//! capped at [`crate::app::MAX_JSON`], uploads at `--max-body` (refused from their
 //! Content-Length before a byte is read, or as soon as they pass it), and
 //! an upload that stalls for `--idle-timeout` is dropped. Each connection
 //! is a task of its own, and each request's work a worker process of its
@@ -24,6 +24,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
+use crate::app::App;
 use crate::args::Args;
 use crate::error::{ApiError, Code};
 use crate::metrics::Metrics;
@@ -34,28 +35,6 @@ use crate::worker::Request as Work;
 
 /// Most bytes of a request's header section.
 const MAX_HEADER: usize = 64 << 10;
-/// Most bytes of a JSON request body.
-pub(crate) const MAX_JSON: usize = 1 << 20;
-
-/// What every handler shares.
-pub(crate) struct App {
-    pub root: PathBuf,
-    pub workers: Workers,
-    pub policy: Policy,
-    /// Boxes being made, counted against each client's limit.
-    pub pending: owners::Pending,
-    pub metrics: Metrics,
-    pub max_body: u64,
-    pub idle: Duration,
-    /// Terminations answered before they were done (DELETE): waited for
-    /// at shutdown.
-    pub background: TaskTracker,
-    /// The boxes of those terminations: gone for every client from the
-    /// answer on, root included, though their teardown runs on.
-    pub ending: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// `--e2b`: the commands started through the e2b daemon routes.
-    pub e2b: crate::e2b::Commands,
-}
 
 pub(crate) fn main(args: Args) -> anyhow::Result<()> {
     let policy = match &args.policy {
@@ -80,7 +59,7 @@ pub(crate) fn main(args: Args) -> anyhow::Result<()> {
         idle,
         background: TaskTracker::new(),
         ending: Default::default(),
-        e2b: crate::e2b::Commands::default(),
+        e2b: Default::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(serve(
@@ -262,12 +241,5 @@ fn connection<I>(
 fn bearer<B>(req: &Request<B>, tokens: &[String]) -> Option<Client> {
     let h = req.headers().get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
     let given = h.strip_prefix("Bearer ")?.trim();
-    let same =
-        |t: &String| t.len() == given.len() && t.bytes().zip(given.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-    tokens.iter().find(|t| same(t)).map(|t| Client::token(t))
-}
-
-/// The response for a request whose body passed its cap.
-pub(crate) fn too_large(cap: u64) -> ApiError {
-    ApiError::new(Code::TooLarge, format!("the request body is over the cap of {cap} bytes"))
+    tokens.iter().find(|t| owners::same_secret(t, given)).map(|t| Client::token(t))
 }

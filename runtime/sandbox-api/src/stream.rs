@@ -16,11 +16,10 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
+use crate::app::{body, output_cap, owned, stdin, App};
 use crate::error::{ApiError, ApiResult};
 use crate::options::{span, Options, Size, Span};
 use crate::owners::Client;
-use crate::routes::{body, output_cap, owned, stdin};
-use crate::server::App;
 use crate::worker::Request as Work;
 
 #[derive(Deserialize)]

@@ -96,8 +96,8 @@ fn check_headers(h: &HeaderMap, streaming: bool) -> Result<(), RpcError> {
 }
 
 async fn bytes(body: Body) -> Result<axum::body::Bytes, RpcError> {
-    axum::body::to_bytes(body, crate::server::MAX_JSON).await.map_err(|_| {
-        RpcError::new("resource_exhausted", format!("a message is capped at {} bytes", crate::server::MAX_JSON))
+    axum::body::to_bytes(body, crate::app::MAX_JSON).await.map_err(|_| {
+        RpcError::new("resource_exhausted", format!("a message is capped at {} bytes", crate::app::MAX_JSON))
     })
 }
 

@@ -16,30 +16,14 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::{access_token, Caller, ENVD_VERSION};
+use super::caller::{access_token, Caller, ENVD_VERSION};
+use super::rest::{Rest, RestResult};
+use crate::app::{owned, App};
+use crate::boxes::{launch, visible};
 use crate::error::{ApiError, Code};
 use crate::options::Options;
 use crate::owners::Client;
-use crate::routes::owned;
-use crate::server::App;
 use crate::worker::Request as Work;
-
-/// An error in the control plane's form: `{"code": status, "message"}`.
-pub(crate) struct Rest(pub ApiError);
-
-impl From<ApiError> for Rest {
-    fn from(e: ApiError) -> Rest {
-        Rest(e)
-    }
-}
-
-impl IntoResponse for Rest {
-    fn into_response(self) -> Response {
-        (self.0.code.status(), Json(super::rest_body(&self.0))).into_response()
-    }
-}
-
-type RestResult<T> = Result<T, Rest>;
 
 /// The only template: a box as the server makes it by default.
 const TEMPLATE: &str = "base";
@@ -107,14 +91,14 @@ pub(crate) async fn create(
     b: Body,
 ) -> RestResult<Response> {
     let (client, key) = key(&caller)?;
-    let bytes = axum::body::to_bytes(b, crate::server::MAX_JSON)
+    let bytes = axum::body::to_bytes(b, crate::app::MAX_JSON)
         .await
         .map_err(|_| Rest(ApiError::new(Code::TooLarge, "the body is too large")))?;
     let body: Map<String, Value> =
         serde_json::from_slice(&bytes).map_err(|e| Rest(ApiError::bad(format!("the body: {e}"))))?;
     let (opts, lifetime) = options(&body)?;
     app.policy.check(&opts)?;
-    let id = crate::routes::launch(&app, client, opts, lifetime, None).await?;
+    let id = launch(&app, client, opts, lifetime, None).await?;
     let answer = json!({
         "sandboxID": id,
         "templateID": TEMPLATE,
@@ -148,7 +132,7 @@ pub(crate) async fn list(
     }
     let wanted = |s: &str| q.state.as_deref().is_none_or(|w| w.split(',').any(|w| w == s));
     let mut out = Vec::new();
-    for b in crate::routes::visible(&app, client).await? {
+    for b in visible(&app, client).await? {
         let state = match b["status"].as_str() {
             Some("running") => "running",
             Some("paused") => "paused",
@@ -191,7 +175,7 @@ pub(crate) async fn timeout(
 ) -> RestResult<StatusCode> {
     let (client, _) = key(&caller)?;
     owned(&app, client, &id)?;
-    let bytes = axum::body::to_bytes(b, crate::server::MAX_JSON)
+    let bytes = axum::body::to_bytes(b, crate::app::MAX_JSON)
         .await
         .map_err(|_| Rest(ApiError::new(Code::TooLarge, "the body is too large")))?;
     let t: Timeout = serde_json::from_slice(&bytes).map_err(|e| refuse("timeout", &e.to_string()))?;

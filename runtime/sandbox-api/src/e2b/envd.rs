@@ -19,15 +19,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
+use super::caller::{box_of, Caller};
 use super::connect::{self, RpcError};
-use super::control::Rest;
-use super::process::box_of;
-use super::Caller;
+use super::rest::Rest;
+use crate::app::{owned, too_large, App};
 use crate::error::{ApiError, ApiResult, Code};
 use crate::files::{self, PathQuery, Scratch};
 use crate::owners::Client;
-use crate::routes::owned;
-use crate::server::App;
 use crate::worker::Request as Work;
 
 /// Most files in one upload.
@@ -122,7 +120,7 @@ async fn save(app: &App, mut field: axum::extract::multipart::Field<'_>, to: &Fs
         };
         n += chunk.len() as u64;
         if n > cap {
-            return Err(crate::server::too_large(cap));
+            return Err(too_large(cap));
         }
         f.write_all(&chunk).await.map_err(|e| ApiError::internal(format!("write {}: {e}", to.display())))?;
     }

@@ -22,20 +22,10 @@ use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
+use super::caller::{box_of, Caller};
 use super::connect::{self, RpcError};
-use super::Caller;
-use crate::owners::Client;
-use crate::routes::owned;
-use crate::server::App;
+use crate::app::{owned, App};
 use crate::worker::Request as Work;
-
-/// The box a daemon request is for: the one its access token opens.
-pub(crate) fn box_of(caller: &Caller) -> Result<(Client, String), RpcError> {
-    match caller {
-        Caller::Box { client, id } => Ok((client.clone(), id.clone())),
-        Caller::Key { .. } => Err(RpcError::new("unauthenticated", "the daemon takes a box's access token")),
-    }
-}
 
 #[derive(Deserialize)]
 struct StartRequest {
