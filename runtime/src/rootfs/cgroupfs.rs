@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use nix::mount::MsFlags;
+use nix::sys::statfs::CGROUP2_SUPER_MAGIC;
 
 use super::options::MountOptions;
 use super::{Options, Result};
@@ -18,12 +19,9 @@ use crate::error::InitError;
 use crate::sys::fs::{fd_path, read_proc};
 use crate::tree::Tree;
 
-const CGROUP2_SUPER_MAGIC: i64 = 0x63677270;
-
 pub(super) fn mount_cgroup(root: &Tree, dest: &Path, opts: &MountOptions, o: &Options) -> Result<()> {
-    let unified = nix::sys::statfs::statfs("/sys/fs/cgroup")
-        .map(|s| s.filesystem_type().0 == CGROUP2_SUPER_MAGIC)
-        .unwrap_or(false);
+    let unified =
+        nix::sys::statfs::statfs("/sys/fs/cgroup").map(|s| s.filesystem_type() == CGROUP2_SUPER_MAGIC).unwrap_or(false);
     let target = root.mkdir_all(dest, 0o755)?;
     let shown = dest.to_string_lossy();
     let flags = opts.flags & !(MsFlags::MS_BIND | MsFlags::MS_REC);

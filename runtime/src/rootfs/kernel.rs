@@ -129,6 +129,10 @@ impl Kernel for Real {
     }
 }
 
+/// The kernel's statfs flag for relatime; nix names it only for glibc, the
+/// kernel sets it whatever the C library.
+const ST_RELATIME: FsFlags = FsFlags::from_bits_retain(0x1000);
+
 /// Flags a bind remount must repeat: in a user namespace the kernel refuses a
 /// remount that would clear a flag locked on the original mount.
 pub(crate) fn locked_flags(fd: &impl AsFd) -> MsFlags {
@@ -143,7 +147,7 @@ pub(crate) fn locked_flags(fd: &impl AsFd) -> MsFlags {
         (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
         (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
         (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+        (ST_RELATIME, MsFlags::MS_RELATIME),
     ] {
         if f.contains(fs) {
             out |= ms;

@@ -135,9 +135,14 @@ pub fn fork() -> Result<Forked, SysError> {
 
 /// Gives the heap's free pages back to the kernel (`malloc_trim(0)`): a
 /// process that stays long after a burst of work keeps only what it uses.
+/// musl's allocator unmaps freed groups of pages by itself and has no such
+/// call.
 pub(crate) fn trim_heap() {
+    #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only walks glibc's own arenas; any pad is valid.
-    unsafe { libc::malloc_trim(0) };
+    unsafe {
+        libc::malloc_trim(0)
+    };
 }
 
 /// `pidfd_open(2)`: a handle on a process that can't be confused with a later
@@ -545,6 +550,12 @@ pub(crate) fn openat<P: ?Sized + nix::NixPath>(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+// ioctl's request is an unsigned long in glibc and an int in musl.
+#[allow(clippy::unnecessary_cast, clippy::cast_possible_truncation, reason = "0x8913 fits either type")]
+const SIOCGIFFLAGS: libc::Ioctl = libc::SIOCGIFFLAGS as libc::Ioctl;
+#[allow(clippy::unnecessary_cast, clippy::cast_possible_truncation, reason = "0x8914 fits either type")]
+const SIOCSIFFLAGS: libc::Ioctl = libc::SIOCSIFFLAGS as libc::Ioctl;
+
 /// Brings `lo` up in the calling process's network namespace.
 pub(crate) fn loopback_up() -> Result<(), SysError> {
     let sock = nix::sys::socket::socket(
@@ -560,7 +571,7 @@ pub(crate) fn loopback_up() -> Result<(), SysError> {
         *dst = *src as libc::c_char;
     }
     // SAFETY: SIOCGIFFLAGS fills ifr_flags of the ifreq we pass by pointer.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGIFFLAGS, &mut req) } < 0 {
         return Err(SysError::new("ioctl SIOCGIFFLAGS", "lo", Errno::last()));
     }
     #[allow(clippy::cast_possible_truncation, reason = "interface flags in the low 16 bits")]
@@ -568,7 +579,7 @@ pub(crate) fn loopback_up() -> Result<(), SysError> {
     // SAFETY: the union member ifru_flags is the one SIOCGIFFLAGS just set.
     unsafe { req.ifr_ifru.ifru_flags |= up };
     // SAFETY: SIOCSIFFLAGS reads the ifreq we pass by pointer.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), SIOCSIFFLAGS, &req) } < 0 {
         return Err(SysError::new("ioctl SIOCSIFFLAGS", "lo", Errno::last()));
     }
     Ok(())
