@@ -10,6 +10,7 @@ use axum::http::HeaderMap;
 use hmac::Mac;
 
 use super::connect::RpcError;
+use crate::app::{owned, App};
 use crate::owners::{self, same_secret, Client};
 
 /// The daemon version the create answer reports: the SDK picks its
@@ -69,10 +70,14 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
-/// The box a daemon request is for: the one its access token opens.
-pub(crate) fn box_of(caller: &Caller) -> Result<(Client, String), RpcError> {
+/// The box a daemon request is for: the one its access token opens, if
+/// it is still its owner's to use.
+pub(crate) fn box_of(app: &App, caller: &Caller) -> Result<String, RpcError> {
     match caller {
-        Caller::Box { client, id } => Ok((client.clone(), id.clone())),
+        Caller::Box { client, id } => {
+            owned(app, client, id)?;
+            Ok(id.clone())
+        }
         Caller::Key { .. } => Err(RpcError::new("unauthenticated", "the daemon takes a box's access token")),
     }
 }

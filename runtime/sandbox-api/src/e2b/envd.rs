@@ -44,13 +44,15 @@ pub(crate) struct FileQuery {
 /// The box of a daemon HTTP request, and the path it names (checked by
 /// the files routes' own rules).
 fn target(app: &App, caller: &Caller, q: &FileQuery) -> Result<(Client, String), Rest> {
-    let (client, id) = box_of(caller).map_err(|_| Rest(ApiError::new(Code::Unauthorized, "a box's access token")))?;
+    let Caller::Box { client, id } = caller else {
+        return Err(Rest(ApiError::new(Code::Unauthorized, "a box's access token")));
+    };
     if q.username.as_deref().is_some_and(|u| !u.is_empty()) {
         let why = "username: files are the box's own user's here";
         return Err(Rest(ApiError::field(Code::BadRequest, "username", why)));
     }
-    owned(app, &client, &id)?;
-    Ok((client, id))
+    owned(app, client, id)?;
+    Ok((client.clone(), id.clone()))
 }
 
 pub(crate) async fn read(
@@ -149,8 +151,7 @@ pub(crate) async fn list_dir(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, RpcError> {
-    let (client, id) = box_of(&caller)?;
-    owned(&app, &client, &id)?;
+    let id = box_of(&app, &caller)?;
     let req: ListDirRequest = connect::unary(&headers, body).await?;
     if req.depth > 1 {
         return Err(RpcError::invalid("depth: one level only here"));

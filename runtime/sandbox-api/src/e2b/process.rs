@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use super::caller::{box_of, Caller};
 use super::connect::{self, RpcError};
-use crate::app::{owned, App};
+use crate::app::App;
 use crate::worker::Request as Work;
 
 #[derive(Deserialize)]
@@ -73,8 +73,7 @@ pub(crate) async fn start(
 }
 
 async fn begin(app: Arc<App>, caller: &Caller, headers: &HeaderMap, body: Body) -> Result<Response, RpcError> {
-    let (client, id) = box_of(caller)?;
-    owned(&app, &client, &id)?;
+    let id = box_of(&app, caller)?;
     let req: StartRequest = connect::stream_request(headers, body).await?;
     if let Some(e) = unsupported(&req) {
         return Err(e);
@@ -216,8 +215,7 @@ pub(crate) async fn signal(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, RpcError> {
-    let (client, id) = box_of(&caller)?;
-    owned(&app, &client, &id)?;
+    let id = box_of(&app, &caller)?;
     let req: SignalRequest = connect::unary(&headers, body).await?;
     let pid = req.process.pid.ok_or_else(|| RpcError::invalid("process: commands are known by pid only"))?;
     // Either signal stops the command: the library kills it, and what it started, through its cgroup.
