@@ -250,7 +250,10 @@ fn caps_and_slow_clients() {
     saw(sb.name, format!("1 GiB announced: {:?} in {announced:?}; 64M streamed: {streamed}; /work {listed}; others {other} in {other_took:?}; slow one closed after {closed_after:?}", answer.lines().next()));
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(announced < Duration::from_secs(5));
-    assert_eq!(streamed, "413");
+    // A body streamed past the cap is answered 413 and the connection closed while curl may
+    // still be writing: curl then reports the 413, or only the 100 Continue it saw before
+    // (never a success). What matters is what the listing checks: nothing was kept.
+    assert!(streamed == "413" || streamed == "100", "a streamed upload over the cap: {streamed}");
     assert_eq!(listed["entries"], json!([]), "a refused upload left a file: {listed}");
     assert!(other == 200 && other_took < Duration::from_secs(2));
     assert!(closed_after < Duration::from_secs(8), "the slow connection was kept {closed_after:?}");
