@@ -40,6 +40,8 @@ use tinyrun_conformance::{cgroup_dirs, mounts_under, runtime_bin};
 /// if empty, when they did not exist before this process's first test.
 const HOST_PATHS: [&str; 4] = ["/var/lib/cni/results", "/var/lib/cni", "/run/containerd/s", "/run/containerd"];
 const RUNC: &str = "/usr/sbin/runc";
+/// Tests of this process whose containerd may be running (see `Cri::new`).
+static LIVE: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
 
 /// What the host lacks for these tests (conformance/install-deps installs all of it), if
 /// anything.
@@ -99,6 +101,10 @@ impl Cri {
     pub fn start(handler: &'static str) -> Cri {
         static SEQ: AtomicU32 = AtomicU32::new(0);
         static REAPED: Once = Once::new();
+        // Counted before anything is made, under the lock the last one's teardown takes to
+        // remove the shared host paths: one test's teardown never removes them while another
+        // test's containerd is starting or running.
+        *LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
         REAPED.call_once(|| {
             if cleanup::reap_stale() {
                 // A killed run may have made them; whoever needs them again makes them again.
@@ -498,11 +504,14 @@ impl Drop for Cri {
         }
         self.client = None;
         notes.extend(cleanup::sweep(&self.tag, &self.work, &self.net));
+        let mut live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *live = live.saturating_sub(1);
         for (p, existed) in host_paths_before() {
-            if !existed {
-                let _ = fs::remove_dir(p); // only if empty: another test may still use it
+            if !existed && *live == 0 {
+                let _ = fs::remove_dir(p); // only if empty
             }
         }
+        drop(live);
         for n in notes {
             eprintln!("cri cleanup ({}): {n}", self.tag);
         }
