@@ -178,18 +178,37 @@ impl LocalUser {
 
 impl Drop for LocalUser {
     fn drop(&mut self) {
-        // Whatever ran as the user is gone by now (sh ran to completion); userdel may still
-        // contend for the lock with a parallel test.
-        for _ in 0..50 {
-            let st = std::process::Command::new("userdel")
-                .arg(&self.name)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
-            if st.is_ok_and(|s| s.success()) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+        // Whatever ran as the user is gone by now (sh ran to completion).
+        userdel(&self.name);
+    }
+}
+
+/// Deletes user `name`, retrying for 5 s: a parallel test may hold /etc/passwd's lock.
+pub fn userdel(name: &str) {
+    for _ in 0..50 {
+        let st = std::process::Command::new("userdel")
+            .arg(name)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        if st.is_ok_and(|s| s.success()) {
+            break;
         }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// SIGKILLs what `processes` lists until it lists nothing (2.5 s at most): a test's
+/// processes, some of which may fork while they are being killed.
+pub fn kill_until_gone(processes: impl Fn() -> Vec<i32>) {
+    for _ in 0..50 {
+        let ps = processes();
+        if ps.is_empty() {
+            break;
+        }
+        for p in ps {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

@@ -28,7 +28,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use bundle::{shared_rootfs, Bundle};
-pub use host::{cgroup_dirs, cgroup_procs_recursive, cmdline, mounts_under, pid_alive, rmdir_tree, LocalUser};
+pub use host::{
+    cgroup_dirs, cgroup_procs_recursive, cmdline, kill_until_gone, mounts_under, pid_alive, rmdir_tree, userdel,
+    LocalUser,
+};
 pub use known_bugs::{excuse_known_bugs, strict, KnownBug};
 pub use runtime::{Out, Running, Runtime};
 

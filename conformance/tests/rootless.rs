@@ -254,28 +254,14 @@ impl Drop for User {
         for id in self.ids.clone() {
             let _ = self.run_in(&self.work, &["delete", "--force", &id]);
         }
-        for _ in 0..50 {
-            let ps = self.processes();
-            if ps.is_empty() {
-                break;
-            }
-            for p in ps {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        tinyrun_conformance::kill_until_gone(|| self.processes());
         for cg in self.cgroups.iter().rev() {
             tinyrun_conformance::rmdir_tree(cg);
         }
         if !self.work.as_os_str().is_empty() {
             let _ = fs::remove_dir_all(&self.work);
         }
-        for _ in 0..50 {
-            if cmd_ok(Command::new("userdel").arg(&self.name)) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        tinyrun_conformance::userdel(&self.name);
     }
 }
 

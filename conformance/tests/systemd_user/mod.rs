@@ -165,12 +165,7 @@ impl Drop for Lingering {
         if !self.work.as_os_str().is_empty() {
             let _ = fs::remove_dir_all(&self.work);
         }
-        for _ in 0..50 {
-            if quiet(Command::new("userdel").arg(&self.name)) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        tinyrun_conformance::userdel(&self.name);
     }
 }
 

@@ -256,23 +256,9 @@ impl Drop for User {
             let units = [format!("user@{}.service", self.uid), format!("user-runtime-dir@{}.service", self.uid)];
             let _ = quiet(Command::new("systemctl").arg("stop").args(&units));
         }
-        for _ in 0..50 {
-            let ps = self.all_processes();
-            if ps.is_empty() {
-                break;
-            }
-            for p in ps {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        tinyrun_conformance::kill_until_gone(|| self.all_processes());
         let _ = fs::remove_dir_all(&self.work);
-        for _ in 0..50 {
-            if quiet(Command::new("userdel").arg(&self.name)) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        tinyrun_conformance::userdel(&self.name);
     }
 }
 
