@@ -28,6 +28,7 @@ on_v2!(
     pause_freezes_and_resume_thaws,
     cgroup_everywhere_then_gone,
     container_sees_its_cgroup_as_root,
+    userns_container_binds_only_its_own_cgroup,
     kill_all_and_ps,
     failures_leave_no_cgroup,
     device_rules_are_enforced,

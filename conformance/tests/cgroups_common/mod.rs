@@ -337,6 +337,30 @@ pub fn container_sees_its_cgroup_as_root(v: V) {
     rt.assert_nothing_left(&b.id);
 }
 
+/// A container in a user namespace that does not own its network namespace (here the host's)
+/// can't mount sysfs, so its /sys is the host's bound, and a cgroup mount can't be fresh there
+/// (v1: not in a user namespace; v2: the host's own cgroup2 is already on /sys/fs/cgroup). What
+/// it gets bound instead is its own cgroup, never a hierarchy's root with every other cgroup of
+/// the host: its cgroup namespace hides where that is, so it must be read before.
+pub fn userns_container_binds_only_its_own_cgroup(v: V) {
+    let rt = Runtime::new("cgusr");
+    let f = if v == V::V1 { "/sys/fs/cgroup/pids/pids.max" } else { "/sys/fs/cgroup/pids.max" };
+    let b = bundle(&rt, &format!("echo pids=$(cat {f})"), json!({"pids": {"limit": 77}}));
+    b.without_ns("network");
+    b.config_mut(|c| {
+        c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
+        c["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+        c["linux"]["gidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+    });
+    let o = rt.run_bundle(&b).expect_ok("run");
+    eprintln!(
+        "ESCAPE host-cgroup-root: tried a user-namespaced container without its own network namespace, saw {}",
+        o.stdout.trim()
+    );
+    assert_eq!(o.kv().get("pids").map(String::as_str), Some("77"), "its own cgroup, with its limit, at {f}\n{o}");
+    rt.assert_nothing_left(&b.id);
+}
+
 /// `kill --all` reaches every process in the cgroup, also those a container
 /// without its own pid namespace leaves behind when init dies; `ps` lists
 /// them first.

@@ -214,16 +214,17 @@ fn build_rootfs(cfg: &InitConfig, chan: &Channel) -> Result<Tree, InitError> {
         own_mount_ns: plan.own_mount_ns(),
         bind_sources: &cfg.bind_sources,
     };
-    let mut joined = false;
-    let mut in_cgroup = || -> Step {
-        if !joined {
-            chan.expect(Msg::Joined)?;
-            if plan.is_new(LinuxNamespaceType::Cgroup) {
-                namespaces::unshare(CloneFlags::CLONE_NEWCGROUP)?;
-            }
-            joined = true;
+    let mut in_cgroup = || -> Result<String, InitError> {
+        chan.expect(Msg::Joined)?;
+        // Where init's cgroups are on the host, before the namespace made
+        // next shows each as "/": a cgroup mount that can't be fresh binds
+        // these, never a hierarchy's root.
+        let own = crate::sys::fs::read_proc("/proc/self/cgroup")
+            .map_err(|e| InitError::path("read", "/proc/self/cgroup", crate::sys::io_errno(&e)))?;
+        if plan.is_new(LinuxNamespaceType::Cgroup) {
+            namespaces::unshare(CloneFlags::CLONE_NEWCGROUP)?;
         }
-        Ok(())
+        Ok(own)
     };
     rootfs::prepare(&opts, &mut in_cgroup)
 }

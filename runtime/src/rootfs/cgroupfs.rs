@@ -4,8 +4,13 @@
 //! it is what runc builds: a tmpfs holding one mount per v1 hierarchy (and
 //! the hybrid `unified` cgroup2 mount). With a private cgroup namespace each
 //! hierarchy is mounted fresh and shows the container's cgroup as its root;
-//! without one, or where the kernel refuses (v1 in a user namespace), the
-//! host hierarchy's directory for this container is bind-mounted instead.
+//! without one, or where the kernel refuses, the host hierarchy's directory
+//! for this container is bind-mounted instead, never the hierarchy's root:
+//! v1 in a user namespace, and cgroup2 where `/sys/fs/cgroup` is already
+//! the host's (a user namespace whose network namespace is not its own
+//! can't mount sysfs, so /sys is the host's bound, and a cgroup2 mount on
+//! the host's own is EBUSY). Init's cgroups on the host are read before its
+//! cgroup namespace hides them (`own_cgroups`).
 
 use std::path::Path;
 
@@ -14,12 +19,17 @@ use nix::sys::statfs::CGROUP2_SUPER_MAGIC;
 
 use super::options::MountOptions;
 use super::{Options, Result};
-use crate::cgroups::Mount as Hierarchy;
 use crate::error::InitError;
-use crate::sys::fs::{fd_path, read_proc};
+use crate::sys::fs::fd_path;
 use crate::tree::Tree;
 
-pub(super) fn mount_cgroup(root: &Tree, dest: &Path, opts: &MountOptions, o: &Options) -> Result<()> {
+pub(super) fn mount_cgroup(
+    root: &Tree,
+    dest: &Path,
+    opts: &MountOptions,
+    o: &Options,
+    own_cgroups: &str,
+) -> Result<()> {
     let unified =
         nix::sys::statfs::statfs("/sys/fs/cgroup").map(|s| s.filesystem_type() == CGROUP2_SUPER_MAGIC).unwrap_or(false);
     let target = root.mkdir_all(dest, 0o755)?;
@@ -29,7 +39,7 @@ pub(super) fn mount_cgroup(root: &Tree, dest: &Path, opts: &MountOptions, o: &Op
         return o
             .kernel
             .mount_at(Some("cgroup2"), &fd_path(&target), Some("cgroup2"), flags, None, &shown)
-            .or_else(|_| bind_host(o, root, dest, "/sys/fs/cgroup", "", flags));
+            .or_else(|_| bind_host(o, root, dest, "/sys/fs/cgroup", &own_cgroup(own_cgroups, true, ""), flags));
     }
     let base = flags & (MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC);
     o.kernel.mount_at(Some("tmpfs"), &fd_path(&target), Some("tmpfs"), base, Some("mode=755"), &shown)?;
@@ -48,7 +58,7 @@ pub(super) fn mount_cgroup(root: &Tree, dest: &Path, opts: &MountOptions, o: &Op
                 .mount_at(Some("cgroup"), &fd_path(&fd), Some(fstype), flags, data, &sub.to_string_lossy())
                 .is_ok();
         if !fresh {
-            let own = own_cgroup(h)?;
+            let own = own_cgroup(own_cgroups, h.v2, &h.options);
             let host_mount = h.dir.to_str().ok_or_else(|| {
                 InitError::other(format!("bind {}", h.dir.display()), "the cgroup mount point is not UTF-8")
             })?;
@@ -103,23 +113,23 @@ fn bind_host(o: &Options, root: &Tree, dest: &Path, host_mount: &str, sub: &str,
     Ok(())
 }
 
-/// This process's cgroup in hierarchy `h`, from /proc/self/cgroup.
-fn own_cgroup(h: &Hierarchy) -> Result<String> {
-    let cg = read_proc("/proc/self/cgroup")
-        .map_err(|e| InitError::path("read", "/proc/self/cgroup", crate::sys::io_errno(&e)))?;
-    for line in cg.lines() {
+/// Init's cgroup in a hierarchy (cgroup2, or the v1 one mounted with
+/// `options`), from `own_cgroups`, its `/proc/self/cgroup`; empty for the
+/// root.
+fn own_cgroup(own_cgroups: &str, v2: bool, options: &str) -> String {
+    for line in own_cgroups.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, ctrls, path) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or("/"));
-        let matches = if h.v2 {
+        let matches = if v2 {
             ctrls.is_empty()
         } else {
-            let wanted: Vec<&str> = h.options.split(',').collect();
+            let wanted: Vec<&str> = options.split(',').collect();
             ctrls.split(',').any(|c| wanted.contains(&c) || wanted.contains(&c.trim_start_matches("name=")))
                 && !ctrls.is_empty()
         };
         if matches {
-            return Ok(if path == "/" { String::new() } else { path.to_string() });
+            return if path == "/" { String::new() } else { path.to_string() };
         }
     }
-    Ok(String::new())
+    String::new()
 }

@@ -57,10 +57,11 @@ pub(crate) struct Options<'a> {
 
 /// Turns the bundle's rootfs into a populated mount tree: propagation, the
 /// rootfs bind, every mount in order, and /dev. Returns the resolution root.
-/// `in_cgroup` is called (by then init must be in its final cgroup, with its
-/// cgroup namespace made) before the first cgroup mount, and in any case
-/// before returning.
-pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) -> Result<Tree> {
+/// `in_cgroup` is called once (by then init must be in its final cgroup, with
+/// its cgroup namespace made) before the first cgroup mount, and in any case
+/// before returning; it returns `/proc/self/cgroup` as init read it just
+/// before its cgroup namespace was made: where its cgroups are on the host.
+pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<String>) -> Result<Tree> {
     let k = o.kernel;
     let rootfs = o.rootfs.to_str().ok_or_else(|| InitError::other("bind rootfs", "the path is not UTF-8"))?;
     let first = first_propagation(o.spec)?;
@@ -81,16 +82,19 @@ pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<()>) ->
     let root = Tree::open(o.rootfs)?;
 
     let mut dev_is_bind = false;
+    let mut own_cgroups = None;
     for m in o.spec.mounts().as_deref().unwrap_or(&[]) {
         if m.destination() == Path::new("/dev") && mounts::is_bind(m) {
             dev_is_bind = true;
         }
-        if matches!(m.typ().as_deref(), Some("cgroup" | "cgroup2")) {
-            in_cgroup()?;
+        if own_cgroups.is_none() && matches!(m.typ().as_deref(), Some("cgroup" | "cgroup2")) {
+            own_cgroups = Some(in_cgroup()?);
         }
-        mounts::mount_one(&root, m, o)?;
+        mounts::mount_one(&root, m, o, own_cgroups.as_deref().unwrap_or_default())?;
     }
-    in_cgroup()?;
+    if own_cgroups.is_none() {
+        in_cgroup()?;
+    }
     if !dev_is_bind {
         devices::populate(&root, o)?;
     }

@@ -20,19 +20,20 @@ pub(super) fn is_bind(m: &Mount) -> bool {
 }
 
 /// Mounts `m` at its destination resolved inside `root`; a failure names
-/// the entry (`mounts /dev/pts: ...`).
-pub(super) fn mount_one(root: &Tree, m: &Mount, o: &Options) -> Result<()> {
-    mount_entry(root, m, o).map_err(|e| e.field(format!("mounts {}", m.destination().display())))
+/// the entry (`mounts /dev/pts: ...`). `own_cgroups`: init's
+/// `/proc/self/cgroup` as the host sees it (for a cgroup mount).
+pub(super) fn mount_one(root: &Tree, m: &Mount, o: &Options, own_cgroups: &str) -> Result<()> {
+    mount_entry(root, m, o, own_cgroups).map_err(|e| e.field(format!("mounts {}", m.destination().display())))
 }
 
-fn mount_entry(root: &Tree, m: &Mount, o: &Options) -> Result<()> {
+fn mount_entry(root: &Tree, m: &Mount, o: &Options, own_cgroups: &str) -> Result<()> {
     let k = o.kernel;
     let dest = m.destination();
     let shown = dest.to_string_lossy();
     let opts = parse_options(m.options().as_deref().unwrap_or(&[]))?;
     let typ = m.typ().as_deref().unwrap_or("");
     if typ == "cgroup" || typ == "cgroup2" {
-        return super::cgroupfs::mount_cgroup(root, dest, &opts, o);
+        return super::cgroupfs::mount_cgroup(root, dest, &opts, o, own_cgroups);
     }
     if opts.is_bind() || typ == "bind" {
         return bind(root, m, &opts, o);

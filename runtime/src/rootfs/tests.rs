@@ -77,7 +77,7 @@ fn run(w: &World, k: &Fake, in_user_ns: bool, no_pivot: bool) -> Result<()> {
     let mut joined = 0;
     let root = prepare(&options(w, k, in_user_ns), &mut || {
         joined += 1;
-        Ok(())
+        Ok(String::new())
     })?;
     assert_eq!(joined, 1, "in_cgroup runs once, before prepare returns");
     protect_paths(k, &root, &w.spec)?;
