@@ -304,6 +304,60 @@ fn metadata_address_is_refused() {
     drop(fake);
 }
 
+/// Each guarded container's refused calls reach the node's refusal agent, which answers them
+/// (the container sees EPERM, as without it) and reports them per container, by its pod's and
+/// its own name. With the agent gone, a refused call still fails (ENOSYS: nobody to answer it,
+/// never let through), and no new guarded container is created.
+#[test]
+fn refused_calls_reach_the_node_agent() {
+    let mut cri = cri_or_skip!();
+    let pod = cri.run_pod("reported", false);
+    let script = "mount -t tmpfs x /mnt; echo first=$? > /tmp/first; mount -t tmpfs x /mnt; \
+                  while [ ! -e /tmp/go ]; do sleep 0.1; done; mount -t tmpfs x /mnt 2>/tmp/second.err; \
+                  echo $? > /tmp/second; sleep 1000";
+    let c = cri.run(&pod, "main", &["sh", "-c", script]);
+    let path = cri.reports_dir().join(format!("{c}.json"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        let r: Option<serde_json::Value> = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        let mounts = r
+            .as_ref()
+            .map(|r| r["refused"]["syscalls"].clone())
+            .and_then(|s| s.as_array()?.iter().find(|c| c["name"] == "mount").and_then(|c| c["count"].as_u64()));
+        match (r, mounts) {
+            (Some(r), Some(2)) => break r,
+            (r, _) => assert!(Instant::now() < deadline, "no report of 2 mounts at {}: {r:?}", path.display()),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(report["pod"], "reported", "{report}");
+    assert_eq!(report["container"], "main", "{report}");
+    assert_eq!(report["namespace"], "tinyrun-test", "{report}");
+    assert_eq!(report["ended"], false, "{report}");
+    assert_ne!(cri.exec_ok(&c, &["cat", "/tmp/first"]).trim(), "first=0", "the agent let a refused mount through");
+
+    assert!(cri.kill_agent(), "the agent was running");
+    cri.exec_ok(&c, &["touch", "/tmp/go"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let second = loop {
+        let out = cri.exec(&c, &["cat", "/tmp/second", "/tmp/second.err"]);
+        if out.exit_code == 0 {
+            break String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        assert!(Instant::now() < deadline, "the container never made its second mount");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    escape!("refused-with-agent-down", "mount(2) after the node's refusal agent died", "{}", second.trim());
+    assert!(!second.starts_with("0\n"), "a refused mount went through with the agent down: {second}");
+    assert!(second.contains("not implemented"), "ENOSYS expected: {second}");
+
+    let created = cri.client().create(&pod.id, Cri::container_config("late", &["true"]), &pod.config);
+    match created.and_then(|id| cri.client().start(&id).map(|_| id)) {
+        Ok(id) => panic!("container {id} started with the refusal agent down"),
+        Err(e) => assert!(e.message().contains("refusal agent"), "{}", e.message()),
+    }
+}
+
 /// RunPodSandbox + CreateContainer + StartContainer until the container's first log line, for
 /// the guarded class and for runc in the same containerd, alternating; the median of each is
 /// printed with the ratio. Guarded must not take more than twice runc's (the goal is 1.1x).

@@ -19,6 +19,13 @@ use nix::errno::Errno;
 use crate::error::SysError;
 pub use crate::sys::{exit_child, fork, pidfd_open, userns_with_map, Forked};
 
+/// Receives one message on `socket` into `buf` with the fds sent alongside
+/// it (`SCM_RIGHTS`, up to 8, close-on-exec, owned by the caller); returns
+/// them and the bytes read. More fds than that fail with EMSGSIZE.
+pub fn recv_fds(socket: BorrowedFd<'_>, buf: &mut [u8]) -> Result<(Vec<OwnedFd>, usize), SysError> {
+    crate::sys::recv_fds(socket, buf).map_err(|e| SysError::bare("recvmsg SCM_RIGHTS", e))
+}
+
 /// A detached bind mount of directory `dir` (`open_tree(OPEN_TREE_CLONE)`:
 /// attached to no mount namespace, gone with its last fd) whose files'
 /// owners are seen through the maps of user namespace `userns`

@@ -41,6 +41,28 @@ pub(crate) enum SandboxCommand {
     /// serve the sandbox over HTTP/JSON (runs tinyrun-sandbox-api, installed beside tinyrun; its flags:
     /// tinyrun-sandbox-serve(8))
     Serve(SandboxServeArgs),
+    /// answer and report the refused system calls of guarded containers (the policy's refusalAgent)
+    ///
+    /// Listens on --socket (0600, in a directory only its user may write) for the listeners the guarded class
+    /// (tinyrun-guarded) hands over at each create, answers every refused call with the profile's errno, and keeps
+    /// one report per container in --reports: <container id>.json, the refused object of a sandbox result (system
+    /// calls, limits hit) with the pod's namespace, pod and container names, rewritten within 200 ms of a change and
+    /// once more with "ended": true when the container's last process is gone; removed --keep after that. Runs until
+    /// killed. While it is down, guarded containers are not created, and running ones get ENOSYS for a refused call.
+    GuardAgent(SandboxGuardAgentArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SandboxGuardAgentArgs {
+    /// the socket to listen on: the guard policy's refusalAgent
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// the directory the reports are written to
+    #[arg(long, value_name = "DIR")]
+    pub reports: PathBuf,
+    /// how long an ended container's report is kept, e.g. 10m
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub keep: String,
 }
 
 #[derive(Debug, Args)]

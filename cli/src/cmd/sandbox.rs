@@ -137,6 +137,12 @@ fn dispatch(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
             print_pool(&sandbox::pool_list(root)?, a.format).map(|_| 0)
         }
         SandboxCommand::Serve(a) => Err(serve(root, &a.flags)),
+        SandboxCommand::GuardAgent(a) => {
+            let keep = duration("--keep", &a.keep)?;
+            let opts = sandbox::guard::AgentOptions { socket: a.socket.clone(), reports: a.reports.clone(), keep };
+            sandbox::guard::serve_agent(&opts)?;
+            Ok(0)
+        }
         SandboxCommand::Pool(SandboxPoolCommand::Drain(a)) => {
             for id in sandbox::pool_drain(root, a.key.as_deref())? {
                 outln!("{id}");

@@ -93,6 +93,8 @@ pub struct Cri {
     layout: Layout,
     daemon: Option<Child>,
     client: Option<Client>,
+    /// The guarded handler's refusal agent (`tinyrun sandbox guard-agent`), for a guarded test.
+    agent: Option<Child>,
 }
 
 impl Cri {
@@ -124,6 +126,7 @@ impl Cri {
             work,
             daemon: None,
             client: None,
+            agent: None,
         };
         cri.boot(); // a panic here still runs Drop
         cri
@@ -145,6 +148,9 @@ impl Cri {
             RuntimeHandler { name: "guarded", binary: self.guarded_binary(), root: self.work.join("guarded-root") },
         ];
         assert!(handlers[0].binary.exists(), "{} not built (cargo build -p tinyrun-cli)", handlers[0].binary.display());
+        if self.handler == "guarded" {
+            self.start_agent();
+        }
         self.write_policy();
         let config = self.work.join("config.toml");
         fs::write(&config, daemon::config(&self.layout, &handlers, PAUSE, systemd_driver()))
@@ -202,15 +208,56 @@ impl Cri {
 
     /// The guarded handler's policy, in its Root: containerd's own dirs
     /// and the test's pod volumes ([`Cri::volume_dir`]) may be bound, and
-    /// the pods' subnet reached.
+    /// the pods' subnet reached; for a guarded test, refused calls go to its agent.
     fn write_policy(&self) {
         let root = self.work.join("guarded-root");
         fs::create_dir(&root).expect("mkdir guarded root");
-        let policy = serde_json::json!({
+        let mut policy = serde_json::json!({
             "hostPaths": [self.layout.root, self.layout.state, self.work.join("pods")],
             "allow": [self.net.cidr],
         });
+        if self.agent.is_some() {
+            policy["refusalAgent"] = self.agent_socket().display().to_string().into();
+        }
         fs::write(root.join("guard.json"), policy.to_string()).expect("write guard.json");
+    }
+
+    fn agent_socket(&self) -> PathBuf {
+        self.work.join("agent").join("agent.sock")
+    }
+
+    /// Where the refusal agent writes its reports: `<container id>.json`.
+    pub fn reports_dir(&self) -> PathBuf {
+        self.work.join("reports")
+    }
+
+    /// The node's refusal agent, as an operator runs it, until its socket is there.
+    fn start_agent(&mut self) {
+        let sock = self.agent_socket();
+        fs::DirBuilder::new().mode(0o700).create(sock.parent().expect("agent dir")).expect("mkdir agent dir");
+        let child = std::process::Command::new(runtime_bin())
+            .args(["sandbox", "guard-agent", "--socket"])
+            .arg(&sock)
+            .arg("--reports")
+            .arg(self.reports_dir())
+            .stdout(std::process::Stdio::null())
+            .stderr(fs::File::create(self.work.join("logs").join("agent.log")).expect("agent log"))
+            .spawn()
+            .expect("start the refusal agent");
+        self.agent = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "the refusal agent made no socket at {}", sock.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the refusal agent (as a crash would); true if it was running.
+    pub fn kill_agent(&mut self) -> bool {
+        let Some(mut a) = self.agent.take() else { return false };
+        let _ = a.kill();
+        let _ = a.wait();
+        true
     }
 
     /// A fresh directory for a pod's volume, as kubelet keeps them under
@@ -502,6 +549,7 @@ impl Drop for Cri {
         if let Some(d) = self.daemon.as_mut() {
             daemon::stop(d);
         }
+        self.kill_agent();
         self.client = None;
         notes.extend(cleanup::sweep(&self.tag, &self.work, &self.net));
         let mut live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

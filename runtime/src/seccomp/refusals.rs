@@ -244,6 +244,19 @@ impl RefusalListener {
         RefusalListener { fd, errno, closed: false }
     }
 
+    /// The listener's fd and errno, to hand to another supervisor (which
+    /// makes it again with [`RefusalListener::from_parts`]).
+    pub fn into_parts(self) -> (OwnedFd, i32) {
+        (self.fd, self.errno)
+    }
+
+    /// A listener received from the supervisor that made it. An fd that is
+    /// not a seccomp listener answers nothing: [`RefusalListener::answer`]
+    /// fails its reads and records none.
+    pub fn from_parts(fd: OwnedFd, errno: i32) -> RefusalListener {
+        RefusalListener::new(fd, errno)
+    }
+
     /// Readable when a refused call waits for its answer. Once the
     /// container's processes are all gone it reports POLLHUP for good:
     /// see [`RefusalListener::is_closed`].

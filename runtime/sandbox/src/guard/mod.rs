@@ -14,6 +14,7 @@
 //! rewritten config like any other; the bundle's config.json is not
 //! changed. Runs in the runtime process.
 
+mod agent;
 mod harden;
 mod pod;
 mod policy;
@@ -28,6 +29,7 @@ use tinyrun::spec::Bundle;
 use tinyrun::{CreateOptions, Runtime};
 
 use crate::error::{Error, Result};
+pub use agent::{serve as serve_agent, AgentOptions};
 pub use pod::HOST_ID;
 pub use policy::{Policy, POLICY_FILE};
 
@@ -75,11 +77,21 @@ pub fn create(rt: &Runtime, id: &str, opts: &CreateOptions) -> Result<()> {
             crate::net::pod::guard(std::path::Path::new(&netns), &policy.dns, &policy.allow)?;
         }
     }
+    let annotations = spec["annotations"].clone();
     let spec: Spec = decode("config", spec)?;
     // Every guarded container compiles the same few profiles: keep them.
     let cache = rt.root().parent().map(|d| d.join("guard-seccomp"));
-    let how = tinyrun::Supervised { seccomp_cache: cache, ..Default::default() };
-    rt.create_bundle(id, &Bundle { spec, ..bundle }, opts, &how)?;
+    let record_refusals = policy.refusal_agent.is_some();
+    let how = tinyrun::Supervised { seccomp_cache: cache, record_refusals, ..Default::default() };
+    let mut container = rt.create_bundle(id, &Bundle { spec, ..bundle }, opts, &how)?;
+    if let (Some(socket), Some(listener)) = (&policy.refusal_agent, container.refusals()) {
+        // Nobody else would answer its refused calls: no agent, no container.
+        if let Err(e) = agent::hand_over(socket, rt, id, &annotations, listener) {
+            drop(container);
+            let _ = rt.delete(id, true);
+            return Err(e);
+        }
+    }
     Ok(())
 }
 

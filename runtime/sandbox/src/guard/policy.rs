@@ -37,6 +37,10 @@ pub struct Policy {
     pub memory: u64,
     /// See `memory`.
     pub pids: i64,
+    /// The socket of the refusal agent (`tinyrun sandbox guard-agent`):
+    /// when set, each container's refused calls are handed to it to answer
+    /// and report, and a container it can't be handed to is not created.
+    pub refusal_agent: Option<PathBuf>,
 }
 
 /// The default pool of pods' host ids: `0x60000000` up to `0x70000000`,
@@ -54,6 +58,7 @@ impl Default for Policy {
             id_range: DEFAULT_ID_RANGE,
             memory: preset.memory,
             pids: preset.pids,
+            refusal_agent: None,
         }
     }
 }
@@ -73,6 +78,7 @@ struct File {
     id_range: Option<String>,
     /// A sandbox size (`nano` .. `large`) for the default limits.
     preset: Option<String>,
+    refusal_agent: Option<PathBuf>,
 }
 
 impl Policy {
@@ -122,6 +128,12 @@ impl Policy {
         if let Some(name) = f.preset {
             let preset = SandboxOptions::preset(name.parse().map_err(|e: Error| format!("preset: {e}"))?);
             (p.memory, p.pids) = (preset.memory, preset.pids);
+        }
+        if let Some(a) = f.refusal_agent {
+            if !a.is_absolute() {
+                return Err(format!("refusalAgent: {} must be an absolute path", a.display()));
+            }
+            p.refusal_agent = Some(a);
         }
         Ok(p)
     }
@@ -191,6 +203,7 @@ mod tests {
             (r#"{"allow": ["169.254.0.0/16"]}"#, "metadata"),
             (r#"{"idRange": "1:2"}"#, "idRange"),
             (r#"{"preset": "huge"}"#, "preset"),
+            (r#"{"refusalAgent": "agent.sock"}"#, "refusalAgent"),
             (r#"{"unknown": 1}"#, "unknown"),
         ] {
             let e = from(bad).unwrap_err();
