@@ -12,6 +12,9 @@
 //!   subtree in the guest) a box is refused, naming what is missing; with `--limits best-effort`
 //!   it gets rlimits here, and its result says which limits hold and which do not. Inside the
 //!   subtree the box's cgroup is a child of it, with the preset's limits, and gone afterwards.
+//! * Storage: a box's `--tmpfs-size` holds (writing past it fails with ENOSPC), its tmpfs mounts
+//!   are in the mount namespace the user's commands share (read through its holder's
+//!   mountinfo), and terminate, or the collection of a box whose run was killed, leaves none.
 //! * The seed attacks: a fork bomb and a memory balloon are stopped by those rlimits here and by
 //!   the box's pids and memory limits (reported in `refused.limits`, `oom_killed`) in the guest,
 //!   TIOCSTI is refused by the seccomp filter, the metadata address is unreachable (loopback
@@ -22,7 +25,7 @@ mod unprivileged_common;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tinyrun_conformance::{require_root, skip};
@@ -155,6 +158,64 @@ fn missing_pieces_are_named_with_what_to_install() {
     assert!(v["exit_code"].is_null(), "nothing ran: {v}");
     let v = u.run_json(&[BE, "--network", "egress", "--allow-host", "1.1.1.1", "--", "true"]);
     assert!(v["error"].as_str().unwrap_or_default().contains("--network egress"), "{v}");
+    u.assert_nothing_left();
+}
+
+/// `--tmpfs-size` holds for an ordinary user's box as for root's: its storage is a tmpfs of that
+/// size, mounted in the mount namespace the user's commands share. Two files of 3 MiB (each under
+/// RLIMIT_FSIZE) don't fit in /work and /tmp of a 4 MiB box; the result lists the size among
+/// what holds. terminate leaves no mount of the box there, nor does the collection of a box
+/// whose `run` was killed, while the namespace lives on for the user's other box.
+#[test]
+fn the_tmpfs_size_holds_and_the_mounts_go_with_the_box() {
+    require_root!();
+    let Some(host) = Host::here() else { return };
+    let u = User::new(host, "t", true);
+    let launch = || {
+        let (ok, out, err) = u.sandbox(&["launch", BE, "--tmpfs-size", "4M", "--lifetime", "2m"]);
+        assert!(ok, "launch: {err}");
+        out.trim().to_string()
+    };
+    let (a, b) = (launch(), launch());
+    let script = "head -c 3145728 /dev/zero > /work/a && head -c 3145728 /dev/zero > /tmp/b; echo status=$?";
+    let (_, out, err) = u.sandbox(&["exec", "--json", &a, "--", "sh", "-c", script]);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    assert_eq!(text(&v, "stdout"), "status=1\n", "the second file does not fit: {v}");
+    let enospc = text(&v, "stderr");
+    assert!(enospc.contains("No space left on device"), "ENOSPC: {v}");
+    assert!(!v["limits_not_applied"].to_string().contains("tmpfs"), "never reported not applied: {v}");
+    if host == Host::Refused {
+        assert!(v["limits_applied"].to_string().contains("tmpfs-size=4194304"), "{v}");
+    }
+    let holder = u.holder().expect("the holder's record");
+    let bundles = u.root().join("sandbox-bundles");
+    let mounts = |id: &str| User::mounts_under(holder, &bundles.join(id)).expect("the holder's mountinfo");
+    let scratch = bundles.join(&a).join("scratch");
+    assert!(mounts(&a).contains(&scratch.to_string_lossy().into_owned()), "{:?}", mounts(&a));
+    let (ok, _, err) = u.sandbox(&["terminate", &a]);
+    assert!(ok, "terminate: {err}");
+    assert_eq!(mounts(&a), Vec::<String>::new(), "mounts left of the terminated box");
+    assert!(!mounts(&b).is_empty(), "the other box's mounts are still there to be seen");
+    // A one-shot run killed mid-command: its box is collected by the next run, mounts and all.
+    let mut run = u.command(PATH, true, &["run", BE, "--tmpfs-size", "4M", "--", "sleep", "60"]);
+    let mut run = run.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let t = Instant::now();
+    let crashed = loop {
+        let one_shot = tinyrun_conformance::sandbox::names_in(&bundles).into_iter().find(|n| n.starts_with("run-"));
+        if let Some(id) = one_shot.filter(|id| !mounts(id).is_empty()) {
+            break id;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "the run's box never mounted its storage");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let v = u.run_json(&[BE, "--", "true"]);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(mounts(&crashed), Vec::<String>::new(), "mounts left of the killed run's box");
+    eprintln!("SANDBOX unprivileged tmpfs-size: {:?}; no mount left after terminate and collection", enospc.trim());
+    let (ok, _, err) = u.sandbox(&["terminate", &b]);
+    assert!(ok, "terminate: {err}");
     u.assert_nothing_left();
 }
 
