@@ -5,6 +5,9 @@
 //!
 //! * Every command: run, launch, cp in and out, exec, list, terminate, pool fill, run --pool,
 //!   pool drain; state under `$XDG_RUNTIME_DIR/tinyrun`, 0700; nothing left afterwards.
+//! * `shell`, driven from a pty that is the caller's terminal: /bin/sh on a terminal of the
+//!   box's own, its exit status passed on, the caller's terminal restored (also when the caller
+//!   is killed); attack: TIOCSTI in it types into neither terminal.
 //! * Ids: the box's root is the caller, its user (1000) a subordinate id of the caller's, and two
 //!   boxes of one user have disjoint ranges; without a subordinate range, one id only and the
 //!   result says so; without newuidmap, an error naming the package.
@@ -28,6 +31,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tinyrun_conformance::terminal::{legacy_tiocsti, on_terminal_typing};
 use tinyrun_conformance::{require_root, skip};
 use unprivileged_common::{parse, text, Host, User, PATH};
 
@@ -71,8 +75,89 @@ fn every_command_works_for_an_ordinary_user() {
     assert_eq!((text(&v, "stdout").as_str(), v["pool"].as_str()), ("pooled\n", Some("hit")), "{v}");
     let (ok, _, err) = u.sandbox(&["pool", "drain", "--all"]);
     assert!(ok, "pool drain: {err}");
-    let (ok, _, err) = u.sandbox(&["shell", "x"]);
-    assert!(!ok && err.contains("sandbox exec -i"), "shell says what to use instead: {err}");
+    u.assert_nothing_left();
+}
+
+/// `sandbox shell` for an ordinary user: /bin/sh in the box, forked by its resident init on a
+/// terminal of the box's own, driven here from a pty that is the caller's terminal. What is typed
+/// runs, `tty` names a /dev/pts of the box, the shell's exit status is the command's, and the
+/// caller's terminal is back in canonical mode with echo. SIGTERM to the caller ends the shell
+/// (137) and restores the terminal too. Nothing is left.
+#[test]
+fn shell_runs_on_a_terminal_of_the_boxs_own() {
+    require_root!();
+    let Some(host) = Host::here() else { return };
+    let u = User::new(host, "p", true);
+    let (ok, id, err) = u.sandbox(&["launch", BE, "--lifetime", "2m"]);
+    assert!(ok, "launch: {err}");
+    let id = id.trim().to_string();
+    let t = on_terminal_typing(u.command(PATH, true, &["shell", &id]), "$ ", b"echo $((6*7)); tty; exit 3\n");
+    eprintln!("SANDBOX unprivileged shell: exit {:?}, terminal {:?}", t.code, t.output);
+    assert!(t.output.lines().any(|l| l == "42"), "what was typed ran: {:?}", t.output);
+    assert!(t.output.lines().any(|l| l.starts_with("/dev/pts/")), "a terminal of the box's: {:?}", t.output);
+    assert_eq!(t.code, Some(3), "the shell's exit status: {:?}", t.output);
+    assert!(t.canonical, "the caller's terminal is left raw");
+    // The caller killed while the shell runs a command: both end, the terminal restored.
+    let cmdline = |p: i32| fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+    let find = |what: &[u8]| u.processes().into_iter().find(|p| cmdline(*p).windows(what.len()).any(|w| w == what));
+    let t = std::thread::scope(|s| {
+        s.spawn(|| {
+            let t = Instant::now();
+            while find(b"sleep\x0061").is_none() {
+                assert!(t.elapsed() < Duration::from_secs(30), "the shell's sleep never ran");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let shell = find(b"sandbox\x00shell\x00").expect("tinyrun sandbox shell");
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(shell), nix::sys::signal::SIGTERM).unwrap();
+        });
+        on_terminal_typing(u.command(PATH, true, &["shell", &id]), "$ ", b"sleep 61; exit 4\n")
+    });
+    assert_eq!(t.code, Some(137), "SIGTERM ends the shell: {:?}", t.output);
+    assert!(t.canonical, "the caller's terminal is left raw after SIGTERM");
+    let t0 = Instant::now();
+    while find(b"sleep\x0061").is_some() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the killed shell's sleep is left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, _, err) = u.sandbox(&["terminate", &id]);
+    assert!(ok, "terminate: {err}");
+    u.assert_nothing_left();
+}
+
+/// SECURITY: a program in an ordinary user's `sandbox shell` can't type into the caller's
+/// terminal (TIOCSTI, the CVE-2017-5226 class): the shell's terminal is the box's own, never the
+/// caller's, and TIOCSTI on it (its controlling terminal, where the kernel would allow it) is
+/// refused with EPERM by the box's seccomp filter, so nothing is typed into either terminal.
+#[test]
+fn the_shell_cannot_type_into_the_callers_terminal() {
+    require_root!();
+    let Some(host) = Host::here() else { return };
+    if !legacy_tiocsti() {
+        skip!("dev.tty.legacy_tiocsti is 0: the kernel refuses TIOCSTI to unprivileged processes");
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        skip!("no python3 on the host for the attack");
+    }
+    const PY: &str = "import fcntl, termios\n\
+        try:\n    [fcntl.ioctl(0, termios.TIOCSTI, bytes([c])) for c in b'echo INJECTED\\n']\n    print('tiocsti=ok')\n\
+        except OSError as e:\n    print('tiocsti=' + str(e.errno))\n";
+    let u = User::new(host, "y", true);
+    let (ok, id, err) = u.sandbox(&["launch", BE, "--lifetime", "2m"]);
+    assert!(ok, "launch: {err}");
+    let id = id.trim().to_string();
+    let (ok, _, err) = u.sandbox(&["exec", &id, "--", "sh", "-c", "printf '%s' \"$1\" > /work/sti.py", "sh", PY]);
+    assert!(ok, "exec: {err}");
+    let t = on_terminal_typing(u.command(PATH, true, &["shell", &id]), "$ ", b"python3 /work/sti.py; exit 0\n");
+    eprintln!(
+        "ESCAPE unprivileged shell terminal-injection: exit {:?}, pending input {:?}, output {:?}",
+        t.code, t.typed, t.output
+    );
+    assert!(!t.typed.contains("INJECTED"), "the shell typed into the caller's terminal: {:?}", t.typed);
+    assert!(t.output.contains("tiocsti=1\n"), "TIOCSTI must fail with EPERM: {:?}", t.output);
+    assert!(!t.output.contains("INJECTED"), "typed into the shell's own terminal: {:?}", t.output);
+    assert_eq!(t.code, Some(0), "{:?}", t.output);
+    let (ok, _, err) = u.sandbox(&["terminate", &id]);
+    assert!(ok, "terminate: {err}");
     u.assert_nothing_left();
 }
 
