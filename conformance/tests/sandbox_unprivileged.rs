@@ -81,8 +81,9 @@ fn every_command_works_for_an_ordinary_user() {
 /// `sandbox shell` for an ordinary user: /bin/sh in the box, forked by its resident init on a
 /// terminal of the box's own, driven here from a pty that is the caller's terminal. What is typed
 /// runs, `tty` names a /dev/pts of the box, the shell's exit status is the command's, and the
-/// caller's terminal is back in canonical mode with echo. SIGTERM to the caller ends the shell
-/// (137) and restores the terminal too. Nothing is left.
+/// caller's terminal is back in canonical mode with echo. A resize of the caller's terminal
+/// reaches the box's. SIGTERM to the caller ends the shell (137) and restores the terminal too.
+/// Nothing is left.
 #[test]
 fn shell_runs_on_a_terminal_of_the_boxs_own() {
     require_root!();
@@ -97,16 +98,33 @@ fn shell_runs_on_a_terminal_of_the_boxs_own() {
     assert!(t.output.lines().any(|l| l.starts_with("/dev/pts/")), "a terminal of the box's: {:?}", t.output);
     assert_eq!(t.code, Some(3), "the shell's exit status: {:?}", t.output);
     assert!(t.canonical, "the caller's terminal is left raw");
-    // The caller killed while the shell runs a command: both end, the terminal restored.
     let cmdline = |p: i32| fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
     let find = |what: &[u8]| u.processes().into_iter().find(|p| cmdline(*p).windows(what.len()).any(|w| w == what));
+    let wait_for = |what: &[u8]| {
+        let t = Instant::now();
+        while find(what).is_none() {
+            assert!(t.elapsed() < Duration::from_secs(30), "{} never ran", String::from_utf8_lossy(what));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // The caller's terminal resized while the shell runs: the kernel tells tinyrun (SIGWINCH),
+    // which passes the size on to the box's terminal.
     let t = std::thread::scope(|s| {
         s.spawn(|| {
-            let t = Instant::now();
-            while find(b"sleep\x0061").is_none() {
-                assert!(t.elapsed() < Duration::from_secs(30), "the shell's sleep never ran");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            wait_for(b"sleep\x002.5\x00");
+            let shell = find(b"sandbox\x00shell\x00").expect("tinyrun sandbox shell");
+            let tty = format!("/proc/{shell}/fd/0");
+            let resized = std::process::Command::new("stty").args(["-F", &tty, "rows", "40", "cols", "100"]).status();
+            assert!(resized.is_ok_and(|s| s.success()), "stty -F {tty}");
+        });
+        on_terminal_typing(u.command(PATH, true, &["shell", &id]), "$ ", b"stty size; sleep 2.5; stty size; exit\n")
+    });
+    let sizes: Vec<&str> = t.output.lines().filter(|l| l.split(' ').all(|n| n.parse::<u16>().is_ok())).collect();
+    assert_eq!(sizes, ["0 0", "40 100"], "the box's terminal follows the caller's: {:?}", t.output);
+    // The caller killed while the shell runs a command: both end, the terminal restored.
+    let t = std::thread::scope(|s| {
+        s.spawn(|| {
+            wait_for(b"sleep\x0061");
             let shell = find(b"sandbox\x00shell\x00").expect("tinyrun sandbox shell");
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(shell), nix::sys::signal::SIGTERM).unwrap();
         });
