@@ -29,6 +29,9 @@ pub struct OnTerminal {
     /// What was left in the terminal's input queue afterwards: what the caller's shell would
     /// read and run next.
     pub typed: String,
+    /// The terminal was in canonical mode with echo afterwards, as it was given: whatever put it
+    /// in raw mode meanwhile restored it.
+    pub canonical: bool,
 }
 
 /// Runs `cmd` as an interactive shell runs a foreground command: a new session whose controlling terminal
@@ -78,10 +81,12 @@ fn on_terminal_with(
         assert!(Instant::now() < deadline, "the command did not finish; terminal: {:?}", String::from_utf8_lossy(&out));
     };
     drain(&master, &mut out);
+    let modes = nix::sys::termios::tcgetattr(&pty.slave).expect("tcgetattr").local_flags;
     OnTerminal {
         code: status.code(),
         output: String::from_utf8_lossy(&out).replace("\r\n", "\n"),
         typed: pending_input(&pty.slave),
+        canonical: modes.contains(nix::sys::termios::LocalFlags::ICANON | nix::sys::termios::LocalFlags::ECHO),
     }
 }
 

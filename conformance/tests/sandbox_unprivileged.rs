@@ -5,6 +5,9 @@
 //!
 //! * Every command: run, launch, cp in and out, exec, list, terminate, pool fill, run --pool,
 //!   pool drain; state under `$XDG_RUNTIME_DIR/tinyrun`, 0700; nothing left afterwards.
+//! * `shell`, driven from a pty that is the caller's terminal: /bin/sh on a terminal of the
+//!   box's own, its exit status passed on, the caller's terminal restored (also when the caller
+//!   is killed); attack: TIOCSTI in it types into neither terminal.
 //! * Ids: the box's root is the caller, its user (1000) a subordinate id of the caller's, and two
 //!   boxes of one user have disjoint ranges; without a subordinate range, one id only and the
 //!   result says so; without newuidmap, an error naming the package.
@@ -12,6 +15,9 @@
 //!   subtree in the guest) a box is refused, naming what is missing; with `--limits best-effort`
 //!   it gets rlimits here, and its result says which limits hold and which do not. Inside the
 //!   subtree the box's cgroup is a child of it, with the preset's limits, and gone afterwards.
+//! * Storage: a box's `--tmpfs-size` holds (writing past it fails with ENOSPC), its tmpfs mounts
+//!   are in the mount namespace the user's commands share (read through its holder's
+//!   mountinfo), and terminate, or the collection of a box whose run was killed, leaves none.
 //! * The seed attacks: a fork bomb and a memory balloon are stopped by those rlimits here and by
 //!   the box's pids and memory limits (reported in `refused.limits`, `oom_killed`) in the guest,
 //!   TIOCSTI is refused by the seccomp filter, the metadata address is unreachable (loopback
@@ -22,9 +28,10 @@ mod unprivileged_common;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tinyrun_conformance::terminal::{legacy_tiocsti, on_terminal_typing};
 use tinyrun_conformance::{require_root, skip};
 use unprivileged_common::{parse, text, Host, User, PATH};
 
@@ -68,8 +75,107 @@ fn every_command_works_for_an_ordinary_user() {
     assert_eq!((text(&v, "stdout").as_str(), v["pool"].as_str()), ("pooled\n", Some("hit")), "{v}");
     let (ok, _, err) = u.sandbox(&["pool", "drain", "--all"]);
     assert!(ok, "pool drain: {err}");
-    let (ok, _, err) = u.sandbox(&["shell", "x"]);
-    assert!(!ok && err.contains("sandbox exec -i"), "shell says what to use instead: {err}");
+    u.assert_nothing_left();
+}
+
+/// `sandbox shell` for an ordinary user: /bin/sh in the box, forked by its resident init on a
+/// terminal of the box's own, driven here from a pty that is the caller's terminal. What is typed
+/// runs, `tty` names a /dev/pts of the box, the shell's exit status is the command's, and the
+/// caller's terminal is back in canonical mode with echo. A resize of the caller's terminal
+/// reaches the box's. SIGTERM to the caller ends the shell (137) and restores the terminal too.
+/// Nothing is left.
+#[test]
+fn shell_runs_on_a_terminal_of_the_boxs_own() {
+    require_root!();
+    let Some(host) = Host::here() else { return };
+    let u = User::new(host, "p", true);
+    let (ok, id, err) = u.sandbox(&["launch", BE, "--lifetime", "2m"]);
+    assert!(ok, "launch: {err}");
+    let id = id.trim().to_string();
+    let t = on_terminal_typing(u.command(PATH, true, &["shell", &id]), "$ ", b"echo $((6*7)); tty; exit 3\n");
+    eprintln!("SANDBOX unprivileged shell: exit {:?}, terminal {:?}", t.code, t.output);
+    assert!(t.output.lines().any(|l| l == "42"), "what was typed ran: {:?}", t.output);
+    assert!(t.output.lines().any(|l| l.starts_with("/dev/pts/")), "a terminal of the box's: {:?}", t.output);
+    assert_eq!(t.code, Some(3), "the shell's exit status: {:?}", t.output);
+    assert!(t.canonical, "the caller's terminal is left raw");
+    let cmdline = |p: i32| fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+    let find = |what: &[u8]| u.processes().into_iter().find(|p| cmdline(*p).windows(what.len()).any(|w| w == what));
+    let wait_for = |what: &[u8]| {
+        let t = Instant::now();
+        while find(what).is_none() {
+            assert!(t.elapsed() < Duration::from_secs(30), "{} never ran", String::from_utf8_lossy(what));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // The caller's terminal resized while the shell runs: the kernel tells tinyrun (SIGWINCH),
+    // which passes the size on to the box's terminal.
+    let t = std::thread::scope(|s| {
+        s.spawn(|| {
+            wait_for(b"sleep\x002.5\x00");
+            let shell = find(b"sandbox\x00shell\x00").expect("tinyrun sandbox shell");
+            let tty = format!("/proc/{shell}/fd/0");
+            let resized = std::process::Command::new("stty").args(["-F", &tty, "rows", "40", "cols", "100"]).status();
+            assert!(resized.is_ok_and(|s| s.success()), "stty -F {tty}");
+        });
+        on_terminal_typing(u.command(PATH, true, &["shell", &id]), "$ ", b"stty size; sleep 2.5; stty size; exit\n")
+    });
+    let sizes: Vec<&str> = t.output.lines().filter(|l| l.split(' ').all(|n| n.parse::<u16>().is_ok())).collect();
+    assert_eq!(sizes, ["0 0", "40 100"], "the box's terminal follows the caller's: {:?}", t.output);
+    // The caller killed while the shell runs a command: both end, the terminal restored.
+    let t = std::thread::scope(|s| {
+        s.spawn(|| {
+            wait_for(b"sleep\x0061");
+            let shell = find(b"sandbox\x00shell\x00").expect("tinyrun sandbox shell");
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(shell), nix::sys::signal::SIGTERM).unwrap();
+        });
+        on_terminal_typing(u.command(PATH, true, &["shell", &id]), "$ ", b"sleep 61; exit 4\n")
+    });
+    assert_eq!(t.code, Some(137), "SIGTERM ends the shell: {:?}", t.output);
+    assert!(t.canonical, "the caller's terminal is left raw after SIGTERM");
+    let t0 = Instant::now();
+    while find(b"sleep\x0061").is_some() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the killed shell's sleep is left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (ok, _, err) = u.sandbox(&["terminate", &id]);
+    assert!(ok, "terminate: {err}");
+    u.assert_nothing_left();
+}
+
+/// SECURITY: a program in an ordinary user's `sandbox shell` can't type into the caller's
+/// terminal (TIOCSTI, the CVE-2017-5226 class): the shell's terminal is the box's own, never the
+/// caller's, and TIOCSTI on it (its controlling terminal, where the kernel would allow it) is
+/// refused with EPERM by the box's seccomp filter, so nothing is typed into either terminal.
+#[test]
+fn the_shell_cannot_type_into_the_callers_terminal() {
+    require_root!();
+    let Some(host) = Host::here() else { return };
+    if !legacy_tiocsti() {
+        skip!("dev.tty.legacy_tiocsti is 0: the kernel refuses TIOCSTI to unprivileged processes");
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        skip!("no python3 on the host for the attack");
+    }
+    const PY: &str = "import fcntl, termios\n\
+        try:\n    [fcntl.ioctl(0, termios.TIOCSTI, bytes([c])) for c in b'echo INJECTED\\n']\n    print('tiocsti=ok')\n\
+        except OSError as e:\n    print('tiocsti=' + str(e.errno))\n";
+    let u = User::new(host, "y", true);
+    let (ok, id, err) = u.sandbox(&["launch", BE, "--lifetime", "2m"]);
+    assert!(ok, "launch: {err}");
+    let id = id.trim().to_string();
+    let (ok, _, err) = u.sandbox(&["exec", &id, "--", "sh", "-c", "printf '%s' \"$1\" > /work/sti.py", "sh", PY]);
+    assert!(ok, "exec: {err}");
+    let t = on_terminal_typing(u.command(PATH, true, &["shell", &id]), "$ ", b"python3 /work/sti.py; exit 0\n");
+    eprintln!(
+        "ESCAPE unprivileged shell terminal-injection: exit {:?}, pending input {:?}, output {:?}",
+        t.code, t.typed, t.output
+    );
+    assert!(!t.typed.contains("INJECTED"), "the shell typed into the caller's terminal: {:?}", t.typed);
+    assert!(t.output.contains("tiocsti=1\n"), "TIOCSTI must fail with EPERM: {:?}", t.output);
+    assert!(!t.output.contains("INJECTED"), "typed into the shell's own terminal: {:?}", t.output);
+    assert_eq!(t.code, Some(0), "{:?}", t.output);
+    let (ok, _, err) = u.sandbox(&["terminate", &id]);
+    assert!(ok, "terminate: {err}");
     u.assert_nothing_left();
 }
 
@@ -155,6 +261,64 @@ fn missing_pieces_are_named_with_what_to_install() {
     assert!(v["exit_code"].is_null(), "nothing ran: {v}");
     let v = u.run_json(&[BE, "--network", "egress", "--allow-host", "1.1.1.1", "--", "true"]);
     assert!(v["error"].as_str().unwrap_or_default().contains("--network egress"), "{v}");
+    u.assert_nothing_left();
+}
+
+/// `--tmpfs-size` holds for an ordinary user's box as for root's: its storage is a tmpfs of that
+/// size, mounted in the mount namespace the user's commands share. Two files of 3 MiB (each under
+/// RLIMIT_FSIZE) don't fit in /work and /tmp of a 4 MiB box; the result lists the size among
+/// what holds. terminate leaves no mount of the box there, nor does the collection of a box
+/// whose `run` was killed, while the namespace lives on for the user's other box.
+#[test]
+fn the_tmpfs_size_holds_and_the_mounts_go_with_the_box() {
+    require_root!();
+    let Some(host) = Host::here() else { return };
+    let u = User::new(host, "t", true);
+    let launch = || {
+        let (ok, out, err) = u.sandbox(&["launch", BE, "--tmpfs-size", "4M", "--lifetime", "2m"]);
+        assert!(ok, "launch: {err}");
+        out.trim().to_string()
+    };
+    let (a, b) = (launch(), launch());
+    let script = "head -c 3145728 /dev/zero > /work/a && head -c 3145728 /dev/zero > /tmp/b; echo status=$?";
+    let (_, out, err) = u.sandbox(&["exec", "--json", &a, "--", "sh", "-c", script]);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    assert_eq!(text(&v, "stdout"), "status=1\n", "the second file does not fit: {v}");
+    let enospc = text(&v, "stderr");
+    assert!(enospc.contains("No space left on device"), "ENOSPC: {v}");
+    assert!(!v["limits_not_applied"].to_string().contains("tmpfs"), "never reported not applied: {v}");
+    if host == Host::Refused {
+        assert!(v["limits_applied"].to_string().contains("tmpfs-size=4194304"), "{v}");
+    }
+    let holder = u.holder().expect("the holder's record");
+    let bundles = u.root().join("sandbox-bundles");
+    let mounts = |id: &str| User::mounts_under(holder, &bundles.join(id)).expect("the holder's mountinfo");
+    let scratch = bundles.join(&a).join("scratch");
+    assert!(mounts(&a).contains(&scratch.to_string_lossy().into_owned()), "{:?}", mounts(&a));
+    let (ok, _, err) = u.sandbox(&["terminate", &a]);
+    assert!(ok, "terminate: {err}");
+    assert_eq!(mounts(&a), Vec::<String>::new(), "mounts left of the terminated box");
+    assert!(!mounts(&b).is_empty(), "the other box's mounts are still there to be seen");
+    // A one-shot run killed mid-command: its box is collected by the next run, mounts and all.
+    let mut run = u.command(PATH, true, &["run", BE, "--tmpfs-size", "4M", "--", "sleep", "60"]);
+    let mut run = run.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let t = Instant::now();
+    let crashed = loop {
+        let one_shot = tinyrun_conformance::sandbox::names_in(&bundles).into_iter().find(|n| n.starts_with("run-"));
+        if let Some(id) = one_shot.filter(|id| !mounts(id).is_empty()) {
+            break id;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "the run's box never mounted its storage");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let v = u.run_json(&[BE, "--", "true"]);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(mounts(&crashed), Vec::<String>::new(), "mounts left of the killed run's box");
+    eprintln!("SANDBOX unprivileged tmpfs-size: {:?}; no mount left after terminate and collection", enospc.trim());
+    let (ok, _, err) = u.sandbox(&["terminate", &b]);
+    assert!(ok, "terminate: {err}");
     u.assert_nothing_left();
 }
 

@@ -43,7 +43,8 @@ pub use idmap::{enter_own as enter_own_user_namespace, join_own as join_own_user
 pub use lifecycle::kill::parse_signal;
 pub use lifecycle::{
     check_id, load_process, Container, ContainerState, CreateOptions, ExecOptions, Init, ProcessOverrides, Resident,
-    ResidentCommand, ResidentExit, ResidentProcess, ResidentStdio, RunOptions, Runtime, Status, Supervised, Usage,
+    ResidentCommand, ResidentExit, ResidentProcess, ResidentStdio, ResidentTerminal, RunOptions, Runtime, Status,
+    Supervised, Usage,
 };
 pub use lifecycle::{parse_bytes, UpdateFlags};
 pub use oci_spec;

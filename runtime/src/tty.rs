@@ -4,7 +4,8 @@
 //! instance, after pivot_root), so the container never holds a host pty.
 //! The master goes, as exactly one `SCM_RIGHTS` fd, to the console socket
 //! the caller named (`--console-socket`), or to the runtime itself for a
-//! foreground `run`/`exec -t`, which then relays it to its own stdio. The
+//! foreground `run`/`exec -t` or a program a resident init runs on a
+//! terminal, which then relays it to its own stdio. The
 //! slave becomes the process's stdio and controlling terminal (and init
 //! binds it over `/dev/console` through the rootfs layer).
 
@@ -25,9 +26,10 @@ use crate::sys;
 ///
 /// # Preconditions
 /// Runs after pivot_root (or setns into the container's mount namespace),
-/// before the user switch, in a new session without a controlling
-/// terminal ([`crate::process::finalize::begin`]); /dev/ptmx and /dev/pts
-/// are the container's own.
+/// before the user switch (or, in a resident init's child, as the user
+/// that will own the slave anyway), in a new session without a
+/// controlling terminal ([`crate::process::finalize::begin`]); /dev/ptmx
+/// and /dev/pts are the container's own.
 pub(crate) fn setup_console(socket: RawFd, size: Option<(u16, u16)>, uid: u32, gid: u32) -> Result<OwnedFd, InitError> {
     let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
         .map_err(|e| InitError::path("open", "/dev/ptmx", e))?;

@@ -193,6 +193,22 @@ impl User {
         self.xdg.join("tinyrun")
     }
 
+    /// The pid of the holder of the user's namespaces, from the record it leaves in the root.
+    pub fn holder(&self) -> Option<i32> {
+        let text = fs::read_to_string(self.root().join("sandbox-userns")).ok()?;
+        text.split_whitespace().next()?.parse().ok()
+    }
+
+    /// Mount points at or below `dir` in the mount namespace the user's commands share, read
+    /// through the mountinfo of its holder `holder`; `None` if that can't be read (the holder is
+    /// gone).
+    pub fn mounts_under(holder: i32, dir: &Path) -> Option<Vec<String>> {
+        let info = fs::read_to_string(format!("/proc/{holder}/mountinfo")).ok()?;
+        let dir = dir.to_str()?;
+        let points = info.lines().filter_map(|l| l.split(' ').nth(4)).map(|p| p.replace("\\040", " "));
+        Some(points.filter(|p| p == dir || p.starts_with(&format!("{dir}/"))).collect())
+    }
+
     /// The user's delegated subtree (a cgroupfs dir) where systemd runs its manager.
     pub fn subtree(&self) -> PathBuf {
         PathBuf::from(format!("/sys/fs/cgroup/user.slice/user-{0}.slice/user@{0}.service", self.uid))

@@ -1,9 +1,9 @@
 //! Commands in a launched box: `exec` (one command, its output passed on
 //! or captured, its own timeout enforced from outside and the box's
-//! lifetime in any case), `shell`, and the command of a run that took a
-//! pool's box. A box with a resident init forks the command
-//! ([`tinyrun::Resident`]); a box made before them gets an `exec`. Runs in
-//! the runtime process.
+//! lifetime in any case), `shell` (on a terminal of the box's own, which
+//! we relay), and the command of a run that took a pool's box. A box with
+//! a resident init forks the command ([`tinyrun::Resident`]); a box made
+//! before them gets an `exec`. Runs in the runtime process.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -196,22 +196,26 @@ fn spawn_in(rt: &Runtime, id: &str, cmd: &[String], how: &Spawn<'_>, io: &Stdio)
     Ok(Child::Own(pid))
 }
 
-/// An interactive shell in sandbox `id`, on a terminal; returns its status.
+/// An interactive /bin/sh in sandbox `id`, on a terminal of the box's own
+/// (never ours: we relay ours to it); returns its status. The box's
+/// resident init forks it, for root and an ordinary user alike; a box made
+/// before resident inits gets an `exec -t`, for root only (an ordinary
+/// user's commands can't join a box's namespaces: the /proc ns files of
+/// its init, which is not dumpable, give them EACCES).
 pub fn shell(root: &Path, id: &str) -> Result<i32> {
-    if crate::unprivileged::active() {
-        // A terminal comes with `exec`, which joins the box's namespaces
-        // through its init's /proc files. The init is not dumpable, and an
-        // ordinary user's command gets EACCES opening them, root of the
-        // box's parent namespace though it is (the init's memory is the
-        // initial namespace's: it was forked there, never executed since);
-        // `exec -i` goes through the box's resident init instead.
-        return Err(Error::InvalidArgument(format!(
-            "sandbox shell: not available to an ordinary user yet; use `tinyrun sandbox exec -i {id} -- sh -i`"
-        )));
+    let (rt, lifetime, _touch) = crate::expiry::live_box(root, id)?;
+    let sh = vec!["/bin/sh".to_string()];
+    // It must start within the box's lifetime; once it runs, the box's
+    // end ends it.
+    let deadline = lifetime.map(|l| Instant::now() + l);
+    let program = ResidentCommand { args: sh.clone(), deadline, ..ResidentCommand::default() };
+    match rt.resident(id).and_then(|r| r.spawn_terminal(&program)) {
+        Ok(t) => return Ok(t.relay()),
+        Err(RuntimeError::InvalidState(_)) => {}
+        Err(e) => return Err(e.into()),
     }
-    let (rt, _, _touch) = crate::expiry::live_box(root, id)?;
     let c = rt.load(id)?;
-    let process = box_process(&c, &["/bin/sh".to_string()], &[], None, true)?;
+    let process = box_process(&c, &sh, &[], None, true)?;
     Ok(c.exec(&ExecOptions {
         process,
         detach: false,

@@ -179,7 +179,6 @@ fn best_effort(opts: &SandboxOptions, missing: &str) -> Plan {
         format!("memory {} bytes for the box as a whole: no memory cgroup", opts.memory),
         format!("cpus {}: no cpu cgroup", opts.cpus),
         format!("pids {} for the box as a whole: no pids cgroup", opts.pids),
-        format!("tmpfs-size {} bytes for the box's files as a whole: no tmpfs of its own", opts.tmpfs_size),
         "oom_killed, cpu_ms and peak_memory_bytes: not measured without a cgroup".to_string(),
     ];
     if opts.timeout < std::time::Duration::from_secs(u64::from(u32::MAX)) {
@@ -191,6 +190,9 @@ fn best_effort(opts: &SandboxOptions, missing: &str) -> Plan {
     } else {
         not_applied.push("RLIMIT_CPU: a launched box has no timeout of its own".to_string());
     }
+    // Not an rlimit, and no cgroup's: the box's storage is a tmpfs of that
+    // size in the caller's mount namespace (module `storage`).
+    applied.push(format!("tmpfs-size={}: the box's files as a whole (a tmpfs of its own)", opts.tmpfs_size));
     not_applied.push(format!("why no cgroup: {missing}"));
     Plan::Rlimits {
         rlimits,
@@ -261,6 +263,9 @@ mod tests {
         assert!(report.limits_applied.iter().any(|a| a.starts_with("RLIMIT_AS=")), "{report:?}");
         assert!(report.limits_not_applied.iter().any(|a| a.contains("no memory cgroup")), "{report:?}");
         assert!(report.limits_not_applied.iter().any(|a| a.contains("why no cgroup: no v2")), "{report:?}");
+        // The box's storage is a tmpfs of its own whatever its limits: its size holds.
+        assert!(report.limits_applied.iter().any(|a| a.starts_with("tmpfs-size=")), "{report:?}");
+        assert!(!report.limits_not_applied.iter().any(|a| a.contains("tmpfs")), "{report:?}");
         assert_eq!(report.limits, "best-effort");
     }
 }

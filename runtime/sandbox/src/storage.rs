@@ -32,9 +32,10 @@
 //! (ext4, xfs, btrfs; tmpfs from 6.3); elsewhere an image box fails with
 //! an error naming the step.
 //!
-//! An ordinary user's overlay takes the layers as they are (its cache is
-//! its own, module `image`), with `userxattr`, and is mounted in the mount
-//! namespace its commands share (module `unprivileged`), from Linux 5.11.
+//! An ordinary user's box gets the same mounts, in the mount namespace its
+//! commands share (module `unprivileged`): tmpfs mounts from there with
+//! their sizes, and the overlay takes the layers as they are (its cache is
+//! its own, module `image`), with `userxattr`, from Linux 5.11.
 //!
 //! The mounts live as long as the box: made when its bundle is written,
 //! detached by [`release`] when it is removed (terminate, the end of a
@@ -76,14 +77,11 @@ fn mount_error<'a>(what: &'static str, target: &'a Path) -> impl FnOnce(Errno) -
 /// while its init sets up the mounts. Every other local user is stopped
 /// here, whatever the modes below (the box's `tmp` is 1777 inside).
 ///
-/// An ordinary user's box gets the directory as it is (module
-/// `unprivileged`), owned by the caller, 0700: its files live in the
-/// caller's `$XDG_RUNTIME_DIR`, bounded by what bounds that, and the box's
-/// memory cgroup where it has one (a tmpfs page is charged to its writer).
+/// An ordinary user's box gets the same, mounted in the mount namespace
+/// its commands share (module `unprivileged`), where the caller is root:
+/// tmpfs may be mounted from a user namespace, and the size holds there as
+/// on the host. Its root is the caller, so the tmpfs is the caller's.
 pub(crate) fn mount_bundle(dir: &Path, size: u64, base: u32) -> Result<()> {
-    if crate::unprivileged::active() {
-        return Ok(());
-    }
     let data = format!("size={size},mode=0700,uid={base},gid={base}");
     nix::mount::mount(Some("tmpfs"), dir, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(data.as_str()))
         .map_err(mount_error("mount sandbox bundle (tmpfs) on", dir))?;
@@ -104,25 +102,18 @@ pub(crate) enum RootKind {
 }
 
 /// Mounts `dir/scratch`: a tmpfs of `size` bytes for a box of host ids
-/// `ids`, with the directories a root of `kind` needs (a plain directory
-/// for an ordinary user's box, see [`mount_bundle`]).
+/// `ids`, with the directories a root of `kind` needs (an ordinary user's
+/// as root's, see [`mount_bundle`]).
 pub(crate) fn mount_scratch(dir: &Path, size: u64, ids: BoxIds, kind: RootKind) -> Result<PathBuf> {
     let scratch = dir.join(SCRATCH);
     std::fs::DirBuilder::new().mode(0o711).create(&scratch).map_err(|e| Error::io("create", &scratch, e))?;
     // 0711: the box's root, an unprivileged host uid, must reach the binds'
     // sources; nobody may list or read what the box wrote.
-    if !crate::unprivileged::active() {
-        let data = format!("size={size},mode=0711");
-        nix::mount::mount(
-            Some("tmpfs"),
-            &scratch,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some(data.as_str()),
-        )
+    let data = format!("size={size},mode=0711");
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    nix::mount::mount(Some("tmpfs"), &scratch, Some("tmpfs"), flags, Some(data.as_str()))
         .map_err(mount_error("mount sandbox storage (tmpfs) on", &scratch))?;
-        private(&scratch)?;
-    }
+    private(&scratch)?;
     let overlay = [(UPPER, 0, 0o755), (OVL_WORK, 0, 0o700)];
     // /work is given to the box's user once it is known (`box_dirs`).
     let binds = [(WORK, SANDBOX_UID, 0o755), ("tmp", 0, 0o1777)];

@@ -15,17 +15,17 @@
 //! id is mapped, and every box runs its command as that id (0 inside).
 //!
 //! Its commands share a mount namespace too, made with the user namespace
-//! and kept by the same holder: a box's overlay root (`--image`,
-//! `--rootfs`) is mounted there, as root's are on the host, so a later
-//! `cp` or `exec` finds it and `terminate` removes it; none of it reaches
-//! the host's (the host's mounts are slaves there).
+//! and kept by the same holder: a box's storage (its bundle dir and
+//! scratch tmpfs, of `--tmpfs-size`) and overlay root (`--image`,
+//! `--rootfs`) are mounted there, as root's are on the host, so a later
+//! `cp` or `exec` finds them and `terminate` (or the garbage collection of
+//! a crashed box) removes them; none of it reaches the host's (the host's
+//! mounts are slaves there).
 //!
 //! What the namespaces can't give is made a variation of the same path,
-//! never a second one: a box's storage is plain directories in its bundle
-//! dir, not tmpfs mounts (so `--tmpfs-size` is reported not applied), its
-//! limits come from a delegated cgroup v2 subtree or,
-//! asked for, from rlimits (module `limits`), and its cgroup is made only
-//! where the caller may (the runtime's rootless cgroups).
+//! never a second one: a box's limits come from a delegated cgroup v2
+//! subtree or, asked for, from rlimits (module `limits`), and its cgroup
+//! is made only where the caller may (the runtime's rootless cgroups).
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;

@@ -31,7 +31,7 @@ use crate::user::Ids;
 
 pub use create::CreateOptions;
 pub use exec::{load_process, ExecOptions, ProcessOverrides};
-pub use resident::{Resident, ResidentCommand, ResidentExit, ResidentProcess, ResidentStdio};
+pub use resident::{Resident, ResidentCommand, ResidentExit, ResidentProcess, ResidentStdio, ResidentTerminal};
 pub use run::RunOptions;
 pub use state::{ContainerState, Status};
 pub use supervised::{Init, Supervised};

@@ -7,7 +7,9 @@
 //! [`Resident`] is one small read, and a supervisor that keeps one makes
 //! no read at all per program. The request goes straight to the socket in
 //! the state directory. Init, which holds the container's whole set-up,
-//! forks the program: no setns, no seccomp load per program.
+//! forks the program: no setns, no seccomp load per program. A program may
+//! also run on a terminal of the container's own, which we relay
+//! (`terminal`).
 //!
 //! [`Init::Resident`]: crate::Init::Resident
 
@@ -28,6 +30,9 @@ use crate::error::{Result, RuntimeError};
 use crate::process::resident::wire::{Reply, Request, MAX_REQUEST};
 use crate::seccomp::refusals::Refusals;
 use crate::state::{AGENT_SOCKET, RESIDENT_FILE};
+
+mod terminal;
+pub use terminal::ResidentTerminal;
 
 /// What `create` writes down for a resident init (`resident.json`, 0600,
 /// in the state directory): where its programs' cgroups go.
@@ -149,6 +154,20 @@ impl Resident {
     /// `stdio`. Returns once the program has been exec'd; a program that
     /// can't be run is an [`RuntimeError::Exec`], as for `exec`.
     pub fn spawn(&self, cmd: &ResidentCommand, stdio: &ResidentStdio<'_>) -> Result<ResidentProcess> {
+        let mut fds = stdio.fds.to_vec();
+        fds.extend_from_slice(stdio.drain);
+        self.start(cmd, &fds, stdio.drain.len(), None)
+    }
+
+    /// Runs `cmd` with `fds` (its stdio and `drain` pipes to drain, or
+    /// with `terminal`, of that size, a console socket).
+    fn start(
+        &self,
+        cmd: &ResidentCommand,
+        fds: &[RawFd],
+        drain: usize,
+        terminal: Option<Option<(u16, u16)>>,
+    ) -> Result<ResidentProcess> {
         if cmd.args.is_empty() {
             return Err(RuntimeError::InvalidArgument("a program to run needs args".into()));
         }
@@ -170,8 +189,7 @@ impl Resident {
             Some((parent, v2)) => Some(Leaf::make(parent, *v2)?),
             None => None,
         };
-        let mut fds = stdio.fds.to_vec();
-        fds.extend_from_slice(stdio.drain);
+        let mut fds = fds.to_vec();
         if let Some(leaf) = &leaf {
             fds.extend([leaf.fds().procs.as_raw_fd(), leaf.fds().ctl.as_raw_fd()]);
         }
@@ -180,10 +198,12 @@ impl Resident {
             env: cmd.env.clone(),
             cwd: cmd.cwd.as_ref().map(|c| c.to_string_lossy().into_owned()),
             kill_children: cmd.kill_children,
-            drain: stdio.drain.len(),
+            drain,
             cgroup_v2: leaf.as_ref().is_some_and(|l| l.fds().v2),
             no_cgroup: leaf.is_none(),
             report: false,
+            terminal: terminal.is_some(),
+            console_size: terminal.flatten(),
         };
         let mut proc = ResidentProcess::new(conn, path, leaf);
         proc.send(&req, &fds, cmd.deadline)?;
@@ -225,6 +245,8 @@ impl Resident {
             cgroup_v2: false,
             no_cgroup: false,
             report: true,
+            terminal: false,
+            console_size: None,
         };
         proc.send(&req, &[], deadline)?;
         match proc.reply()? {

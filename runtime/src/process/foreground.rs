@@ -1,5 +1,6 @@
 //! A foreground `run` or `exec`: wait for the process, forwarding signals to
-//! it, and relay its terminal when it has one.
+//! it, and relay its terminal when it has one. A program a resident init
+//! runs on a terminal is waited for the same way ([`Awaited`]).
 //!
 //! # Preconditions
 //! Every signal is blocked in the calling thread (since before the process
@@ -7,7 +8,7 @@
 //! from a signalfd here.
 
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, SigSet, Signal};
@@ -43,8 +44,42 @@ impl Drop for RawMode {
     }
 }
 
+/// What a foreground wait waits for: a child of ours, or a program a
+/// resident init runs for us.
+pub(crate) trait Awaited {
+    /// Readable once it may have ended; `None` when SIGCHLD tells (a child
+    /// of ours).
+    fn end_fd(&self) -> Option<BorrowedFd<'_>>;
+    /// Its status once it has ended (128+N if signal N ended it), without
+    /// blocking.
+    fn status(&mut self) -> Option<i32>;
+    /// Passes on `sig`, which we received.
+    fn signal(&self, sig: Signal);
+}
+
+impl Awaited for Pid {
+    fn end_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    fn status(&mut self) -> Option<i32> {
+        reap(*self)
+    }
+
+    fn signal(&self, sig: Signal) {
+        let _ = kill(*self, sig);
+    }
+}
+
 /// Waits for `child`; returns its exit status, or 128+N if signal N killed it.
-pub(crate) fn wait(child: Pid, console: Option<OwnedFd>) -> i32 {
+pub(crate) fn wait(mut child: Pid, console: Option<OwnedFd>) -> i32 {
+    relay(&mut child, console)
+}
+
+/// Waits for `child`, relaying its terminal's master `console` (if it has
+/// one) to our stdio, our stdin raw meanwhile when it is a terminal;
+/// returns its status as [`Awaited::status`] gives it.
+pub(crate) fn relay(child: &mut impl Awaited, console: Option<OwnedFd>) -> i32 {
     let sfd = SignalFd::with_flags(&SigSet::all(), SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).ok();
     let _raw = RawMode::enter(console.is_some());
     if let Some(m) = &console {
@@ -60,7 +95,7 @@ pub(crate) fn wait(child: Pid, console: Option<OwnedFd>) -> i32 {
         buf: vec![0u8; 32 * 1024],
     };
     loop {
-        if let Some(code) = reap(child) {
+        if let Some(code) = relay.child.status() {
             if let Some(m) = &relay.console {
                 pump(m.as_raw_fd(), &mut relay.buf);
             }
@@ -70,10 +105,10 @@ pub(crate) fn wait(child: Pid, console: Option<OwnedFd>) -> i32 {
     }
 }
 
-/// What a foreground wait watches: signals for the child, and the pty
-/// master with our stdin when the child has a terminal.
-struct Relay {
-    child: Pid,
+/// What a foreground wait watches: signals for the child, its end, and
+/// the pty master with our stdin when the child has a terminal.
+struct Relay<'a, A: Awaited> {
+    child: &'a mut A,
     console: Option<OwnedFd>,
     sfd: Option<SignalFd>,
     stdin_open: bool,
@@ -81,11 +116,16 @@ struct Relay {
     buf: Vec<u8>,
 }
 
-impl Relay {
-    /// Waits for a signal, input or output, and handles what came.
+impl<A: Awaited> Relay<'_, A> {
+    /// Waits for a signal, the child's end, input or output, and handles
+    /// what came (the end is the caller's to see).
     fn step(&mut self) {
         let stdin = std::io::stdin();
-        let mut fds = Vec::with_capacity(3);
+        let mut fds = Vec::with_capacity(4);
+        if let Some(end) = self.child.end_fd() {
+            fds.push(PollFd::new(end, PollFlags::POLLIN));
+        }
+        let skip = fds.len();
         if let Some(s) = &self.sfd {
             fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
         }
@@ -100,7 +140,7 @@ impl Relay {
         }
         let ready: Vec<bool> = fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect();
         drop(fds);
-        let mut i = 0;
+        let mut i = skip;
         if self.sfd.is_some() {
             if ready[i] {
                 self.on_signals();
@@ -132,9 +172,7 @@ impl Relay {
                         tty::copy_winsize(0, m.as_raw_fd());
                     }
                 }
-                Ok(sig) => {
-                    let _ = kill(self.child, sig);
-                }
+                Ok(sig) => self.child.signal(sig),
                 Err(_) => {}
             }
         }

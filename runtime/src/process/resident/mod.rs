@@ -22,7 +22,10 @@
 //!   program's stdio, the read ends of its output pipes and the leaf's
 //!   files as `SCM_RIGHTS`;
 //! - init forks; the child moves itself into the leaf through the
-//!   caller's `cgroup.procs` (v1: `tasks`) fd, or does not run at all; init answers
+//!   caller's `cgroup.procs` (v1: `tasks`) fd, or does not run at all; a
+//!   program on a terminal gets a pty from the container's devpts, whose
+//!   master the child sends on the console socket the request carried in
+//!   place of stdio (`wire::Request::terminal`); init answers
 //!   `started` (with the pid in the container's pid namespace) once the
 //!   program has been exec'd, or `failed` (an [`InitError`], as `exec`
 //!   reports it);

@@ -10,7 +10,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{recv, send, MsgFlags};
 use nix::unistd::Pid;
 
-use super::wire::{Received, Reply};
+use super::wire::{self, Received, Reply};
 use super::Refusing;
 use crate::cgroups::LeafFds;
 use crate::error::InitError;
@@ -176,11 +176,14 @@ fn spawn(r: &Received, p: &ProcessConfig, refusing: &mut Refusing) -> Result<Pid
     let env = crate::env::merge(&p.env, &req.env).map_err(|e| bad_request(e.to_string()))?;
     let cwd = req.cwd.as_deref().map_or_else(|| p.cwd.clone(), std::path::PathBuf::from);
     let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| InitError::sys("pipe2", e))?;
-    let fds = [r.stdio[0].as_raw_fd(), r.stdio[1].as_raw_fd(), r.stdio[2].as_raw_fd()];
+    let stdio = match &r.stdio {
+        wire::Stdio::Fds(f) => ChildStdio::Fds([f[0].as_raw_fd(), f[1].as_raw_fd(), f[2].as_raw_fd()]),
+        wire::Stdio::Console(socket) => ChildStdio::Terminal { socket: socket.as_raw_fd(), size: req.console_size },
+    };
     match sys::fork()? {
         Forked::Child => {
             drop(rd);
-            let e = start(fds, r.leaf.as_ref(), &cwd, &args, &env, p);
+            let e = start(stdio, r.leaf.as_ref(), &cwd, &args, &env, p);
             let _ = nix::unistd::write(&wr, &serde_json::to_vec(&e).unwrap_or_default());
             sys::exit_child(127)
         }
@@ -228,11 +231,20 @@ fn read_to_end_answering(rd: &OwnedFd, refusing: &mut Refusing) -> Vec<u8> {
     }
 }
 
+/// A program's stdio, as its forked child takes it.
+#[derive(Clone, Copy)]
+enum ChildStdio {
+    /// These fds become 0, 1 and 2.
+    Fds([RawFd; 3]),
+    /// A pty of the container's own, its master sent on `socket`.
+    Terminal { socket: RawFd, size: Option<(u16, u16)> },
+}
+
 /// In the forked child: into the program's cgroup first (no program runs
 /// outside it), then what `exec` does for a new process once it is in the
 /// container, less what init already is. Returns only on failure.
 fn start(
-    stdio: [RawFd; 3],
+    stdio: ChildStdio,
     leaf: Option<&LeafFds>,
     cwd: &std::path::Path,
     args: &[CString],
@@ -244,7 +256,17 @@ fn start(
             leaf.join().map_err(|e| InitError::sys("join the program's cgroup", e))?;
         }
         // Its own session, as every exec'd process.
-        finalize::begin(Some(stdio))?;
+        match stdio {
+            ChildStdio::Fds(fds) => finalize::begin(Some(fds))?,
+            ChildStdio::Terminal { socket, size } => {
+                finalize::begin(None)?;
+                // Made here, from the container's own devpts, so the
+                // program never holds a terminal of the caller's; the
+                // slave is on 0, 1 and 2 and the controlling terminal of
+                // the session begun above, its own fd close-on-exec.
+                drop(crate::tty::setup_console(socket, size, p.ids.uid, p.ids.gid)?);
+            }
+        }
         nix::unistd::chdir(cwd).map_err(|e| InitError::path("chdir", cwd, e).field("process.cwd"))?;
         crate::process::program::verify_cwd()?;
         let program = finalize::program(args, env, p.ids.uid)?;

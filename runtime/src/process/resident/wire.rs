@@ -26,7 +26,7 @@ const MAX_DRAINED: usize = 2;
 /// entry per name, the caller's winning), `cwd` replaces its `process.cwd`.
 ///
 /// The fds on its first bytes, in order: the program's stdin, stdout and
-/// stderr; `drain` read ends of its output pipes, which init empties once
+/// stderr (with `terminal`, one console socket instead); `drain` read ends of its output pipes, which init empties once
 /// the caller is done so that what the program left running can go on
 /// writing; the program's cgroup, `cgroup.procs` then `cgroup.kill` (v2),
 /// or `tasks` then `freezer.state` (v1).
@@ -54,6 +54,17 @@ pub(crate) struct Request {
     /// calls ([`Reply::Refused`]) and closes.
     #[serde(default)]
     pub report: bool,
+    /// The program runs on a terminal of the container's own, never one
+    /// of the caller's: its forked child opens a pty from the container's
+    /// /dev/ptmx, sends the master on the console socket that comes in
+    /// place of the three stdio fds (as to a `--console-socket`), and
+    /// takes the slave as its stdio and controlling terminal before it
+    /// execs. Nothing to drain: its output is on the terminal.
+    #[serde(default)]
+    pub terminal: bool,
+    /// With `terminal`: its size as (rows, columns).
+    #[serde(default)]
+    pub console_size: Option<(u16, u16)>,
 }
 
 /// What init answers, one JSON object per line.
@@ -95,11 +106,20 @@ pub(crate) enum Asked {
     Report,
 }
 
+/// What a program's stdio is made of.
+#[derive(Debug)]
+pub(crate) enum Stdio {
+    /// Its fds 0, 1 and 2.
+    Fds([OwnedFd; 3]),
+    /// Where its terminal's master goes ([`Request::terminal`]).
+    Console(OwnedFd),
+}
+
 /// A whole request and the fds that came with it, sorted.
 #[derive(Debug)]
 pub(crate) struct Received {
     pub req: Request,
-    pub stdio: [OwnedFd; 3],
+    pub stdio: Stdio,
     pub drain: Vec<OwnedFd>,
     /// `None` only with [`Request::no_cgroup`].
     pub leaf: Option<LeafFds>,
@@ -171,14 +191,18 @@ impl Incoming {
 
 /// Splits `fds` as `req` says they come.
 fn sort_fds(req: Request, fds: Vec<OwnedFd>) -> Result<Received, InitError> {
+    if req.terminal && req.drain > 0 {
+        return Err(bad_request("a program on a terminal has no output pipes to drain"));
+    }
     let cgroup = if req.no_cgroup { 0 } else { 2 };
-    if req.drain > MAX_DRAINED || fds.len() != 3 + req.drain + cgroup {
-        let want = format!("it must carry 3 fds of stdio, {} to drain and {cgroup} of its cgroup", req.drain);
+    let (stdio, what) = if req.terminal { (1, "1 console socket") } else { (3, "3 fds of stdio") };
+    if req.drain > MAX_DRAINED || fds.len() != stdio + req.drain + cgroup {
+        let want = format!("it must carry {what}, {} to drain and {cgroup} of its cgroup", req.drain);
         return Err(bad_request(format!("{want}; it carries {}", fds.len())));
     }
     let mut it = fds.into_iter();
     let mut next = || it.next().ok_or_else(|| bad_request("fds missing"));
-    let stdio = [next()?, next()?, next()?];
+    let stdio = if req.terminal { Stdio::Console(next()?) } else { Stdio::Fds([next()?, next()?, next()?]) };
     let drain = (0..req.drain).map(|_| next()).collect::<Result<Vec<_>, _>>()?;
     let leaf = if req.no_cgroup { None } else { Some(LeafFds { procs: next()?, ctl: next()?, v2: req.cgroup_v2 }) };
     Ok(Received { req, stdio, drain, leaf })
@@ -257,6 +281,23 @@ mod tests {
         let (a, mut inc) = incoming();
         send(&a, &head(body.len()), &nulls(5), body);
         assert!(inc.advance().unwrap_err().to_string().contains("0 of its cgroup"));
+    }
+
+    #[test]
+    fn a_request_for_a_terminal_carries_one_console_socket_and_nothing_to_drain() {
+        let body = br#"{"args":["sh"],"cgroup_v2":false,"no_cgroup":true,"terminal":true,"console_size":[24,80]}"#;
+        let (a, mut inc) = incoming();
+        send(&a, &head(body.len()), &nulls(1), body);
+        let Asked::Run(got) = inc.advance().unwrap().unwrap() else { panic!("not a program") };
+        assert!(matches!(got.stdio, super::Stdio::Console(_)) && got.req.console_size == Some((24, 80)));
+        // Three stdio fds, or pipes to drain, with a terminal: refused.
+        let (a, mut inc) = incoming();
+        send(&a, &head(body.len()), &nulls(3), body);
+        assert!(inc.advance().unwrap_err().to_string().contains("1 console socket"));
+        let body = br#"{"args":["sh"],"cgroup_v2":false,"no_cgroup":true,"terminal":true,"drain":1}"#;
+        let (a, mut inc) = incoming();
+        send(&a, &head(body.len()), &nulls(2), body);
+        assert!(inc.advance().unwrap_err().to_string().contains("no output pipes"));
     }
 
     #[test]
