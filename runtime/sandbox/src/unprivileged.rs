@@ -24,8 +24,11 @@
 //! never a second one: a box's storage is plain directories in its bundle
 //! dir, not tmpfs mounts (so `--tmpfs-size` is reported not applied), its
 //! limits come from a delegated cgroup v2 subtree or,
-//! asked for, from rlimits (module `limits`), and its cgroup is made only
-//! where the caller may (the runtime's rootless cgroups).
+//! asked for, from rlimits (module `limits`), its cgroup is made only
+//! where the caller may (the runtime's rootless cgroups), and its
+//! `--network egress` goes through pasta instead of a veth, under the same
+//! rules, loaded into a network namespace of this user namespace that the
+//! box joins (module `net::pasta`).
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
