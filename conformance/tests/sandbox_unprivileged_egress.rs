@@ -15,7 +15,8 @@
 //! address, a private one, the host's own second address and its gateway are refused and listed
 //! in the result's `refused`, and the host's loopback-only service is unreachable; the box can't
 //! remove its rules or change its routes (EPERM, with and without the seccomp filter; the guard
-//! still holds afterwards and the table is still there); after a run, a terminate, a failed
+//! still holds afterwards and the table is still there); a pool's boxes each wait with a pasta of
+//! their own, ended with the box that a run took, and by drain; after a run, a terminate, a failed
 //! start and a killed supervisor (then the next command) no pasta, record, bundle or process is
 //! left, and nothing was made in the host namespace; without pasta, an error naming the package.
 //!
@@ -324,4 +325,28 @@ fn nothing_is_left_after_a_failed_start_or_a_killed_supervisor() {
     assert!(!orphaned.is_empty(), "the killed supervisor's pasta outlives it until collected");
     assert!(ok, "{err}");
     s.assert_clean("after the next command");
+}
+
+/// A pool's egress boxes: each waits with a pasta of its own; a run taken from the pool reaches
+/// the public address and is refused the metadata address, its box's pasta ends with it and the
+/// refill's starts; drain ends the last.
+#[test]
+fn a_pooled_box_has_a_pasta_of_its_own_until_it_goes() {
+    require_pasta!();
+    let s = setup("sbx_unpriv_egress_pool", "o");
+    let opts = [BE, "--network", "egress"];
+    let (ok, _, err) = s.sandbox(&[&["pool", "fill"][..], &opts, &["1"]].concat());
+    assert!(ok, "fill: {err}");
+    let waiting = s.pastas();
+    let targets = [tcp(PUBLIC, 80), tcp(METADATA, 80)];
+    let (res, got) = s.probe(&["--pool"], &targets);
+    wait_for("the refill's pasta", 30, || s.pastas().len() == 1 && s.pastas() != waiting);
+    let refilled = s.pastas();
+    let (ok, _, err) = s.sandbox(&["pool", "drain", "--all"]);
+    saw(s.net.sb.name, format!("waiting {waiting:?}; run {got:?} pool {}; refilled {refilled:?}", res["pool"]));
+    assert!(ok, "drain: {err}");
+    assert_eq!(waiting.len(), 1, "one pasta per waiting box");
+    assert_eq!(res["pool"], "hit", "{res}");
+    assert!(reached(&got, &targets[0]) && got[&targets[1]].starts_with("refused:"), "{got:?}");
+    s.assert_clean("after drain");
 }
