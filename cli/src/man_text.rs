@@ -27,12 +27,15 @@ const SANDBOX_FILES: &str = "Under the state root (/run/tinyrun, or --root): san
      onto the ones below it, by chain id, with the image's own owners; a box's bundle lists the layers it uses in \
      image-layers), sandbox-seccomp/ (the seccomp program of each \
      profile in use, compiled by this build of tinyrun and libseccomp, 0700), sandbox-net/ (the /30 link of \
-     each box with --network egress, one file per box, named by its first address), sandbox-boxes.lock (one \
+     each box with --network egress, one file per box, named by its first address; for an ordinary user's box, \
+     pasta.ID: its pasta's pid and start time, with pasta's pid file and log beside it), sandbox-boxes.lock (one \
      byte per box, locked while the box is made or removed) and sandbox-reaper.lock (held by the root's reaper \
      while it runs). /etc/subuid and /etc/subgid are read so no box gets a range listed \
      there. With --network egress, the box's host-side link trb-<hash> and nftables table inet tinyrun-<hash> \
      live in the host's network namespace, with the forward guard ip tinyrun while tinyrun keeps \
-     net.ipv4.ip_forward on for its boxes; /run/tinyrun-egress.lock orders their changes between state roots.";
+     net.ipv4.ip_forward on for its boxes; /run/tinyrun-egress.lock orders their changes between state roots. \
+     An ordinary user's egress box has its network namespace bound at sandbox-bundles/ID/netns (in the \
+     user's own mount namespace), holding its table inet tinyrun-<hash>.";
 
 const SANDBOX_STATUS: &str = "The command's exit status, or 128+N if signal N killed it (or stopped tinyrun, \
      which then killed the command); 124 if the time limit \

@@ -2,7 +2,7 @@
 //! runtime's own wrappers (module `sys`, which holds all of tinyrun's
 //! `unsafe`), so that a caller needs no `unsafe` and no second set: the
 //! sandbox forks its detached children with them (a box's reaper, a pool's
-//! refill), waits on a box's init through a pidfd, and shows an image's
+//! refill, an ordinary user's pasta, whose signals it resets), waits on a box's init through a pidfd, and shows an image's
 //! layers to a box through an id-mapped mount. What `rustix` offers safely
 //! (`flock`, the new mount API's `fsopen`/`fsconfig`/`fsmount`), callers
 //! take from there.
@@ -17,7 +17,7 @@ use std::path::Path;
 use nix::errno::Errno;
 
 use crate::error::SysError;
-pub use crate::sys::{exit_child, fork, pidfd_open, userns_with_map, Forked};
+pub use crate::sys::{exit_child, fork, pidfd_open, reset_signals, userns_with_map, Forked};
 
 /// Receives one message on `socket` into `buf` with the fds sent alongside
 /// it (`SCM_RIGHTS`, up to 8, close-on-exec, owned by the caller); returns

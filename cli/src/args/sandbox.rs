@@ -153,7 +153,10 @@ pub(crate) struct SandboxSizeArgs {
     /// kernel needs nf_tables; no program is run). If net.ipv4.ip_forward is off, it is turned on while egress boxes run, with a guard (the nftables table ip
     /// tinyrun) that forwards nothing but the boxes' traffic, and turned off again with the last box; a host that
     /// forwards already is left as it is. No IPv6 egress: the box's IPv6 packets are dropped. If any part fails to
-    /// install, the box does not start.
+    /// install, the box does not start. For an ordinary user the box reaches the network through pasta (Debian:
+    /// passt) instead, with a copy of the host's address and no port forwarded either way; the same destinations
+    /// (the host's addresses and gateways included) are refused by the same rules, loaded into the box's own
+    /// network namespace, which the box has no capability over, before pasta starts; --egress-range does not apply
     #[arg(long, value_name = "MODE", default_value = "loopback")]
     pub network: String,
     #[command(flatten)]
@@ -194,7 +197,7 @@ pub(crate) struct SandboxEgressArgs {
     #[arg(long, value_name = "IP")]
     pub dns: Option<String>,
     /// with --network egress: where each box's /30 link comes from, inside 169.254.0.0/16 or 100.64.0.0/10
-    /// (default 169.254.64.0/18)
+    /// (default 169.254.64.0/18); root's boxes only
     #[arg(long, value_name = "CIDR", env = "TINYRUN_SANDBOX_EGRESS_RANGE")]
     pub egress_range: Option<String>,
 }

@@ -63,10 +63,12 @@ pub(crate) fn provision(root: &Path, id: &str, opts: &SandboxOptions) -> Result<
 }
 
 /// Creates the container of box `id`, whose bundle is written, with
-/// `stdio` and `init`; a one-shot box's init (`Init::Program`) dies with
+/// `stdio` and `init`, once what must come before it is there (an ordinary
+/// user's egress, `net::prepare`); a one-shot box's init (`Init::Program`) dies with
 /// this process, even by SIGKILL: nothing would be left to enforce its
 /// timeout.
 pub(crate) fn create(root: &Path, id: &str, opts: &SandboxOptions, stdio: [i32; 3], init: Init) -> Result<Container> {
+    crate::net::prepare(root, id, opts.egress.as_ref())?;
     let how = Supervised {
         stdio: Some(stdio),
         die_with_runtime: init == Init::Program,

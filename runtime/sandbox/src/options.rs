@@ -242,17 +242,21 @@ impl SandboxOptions {
         self.check_unprivileged()
     }
 
-    /// What an ordinary user's box can't have yet, refused by name.
+    /// What an ordinary user's box can't have, refused by name; and pasta,
+    /// which its `--network egress` needs.
     fn check_unprivileged(&self) -> Result<()> {
         if !crate::unprivileged::active() {
             return Ok(());
         }
-        if self.egress.is_some() {
+        let Some(egress) = &self.egress else { return Ok(()) };
+        if egress.range != crate::net::DEFAULT_RANGE {
             return Err(Error::InvalidArgument(
-                "--network egress: not available to an ordinary user yet; its box has loopback only".into(),
+                "--egress-range: an ordinary user's box has no link of its own to number (pasta gives it a copy of \
+                 the host's address); leave it out"
+                    .into(),
             ));
         }
-        Ok(())
+        crate::net::pasta::program().map(drop)
     }
 }
 

@@ -160,7 +160,15 @@ pub(crate) fn write_bundle(
     mountpoints(&rootfs, &mounts)?;
     reachable(&rootfs, ids.root)?;
     let p = box_process(opts, config.as_ref(), kind, user, program)?;
-    let spec = spec_json(id, &rootfs, opts, &p, mounts, (ids, &limits), kind)?;
+    let mut spec = spec_json(id, &rootfs, opts, &p, mounts, (ids, &limits), kind)?;
+    if let Some(netns) = crate::net::box_netns(dir, opts.egress.as_ref()) {
+        // Made before the container (`net::prepare`), and joined.
+        for ns in spec["linux"]["namespaces"].as_array_mut().into_iter().flatten() {
+            if ns["type"] == "network" {
+                ns["path"] = json!(netns);
+            }
+        }
+    }
     let bytes = serde_json::to_vec(&spec).map_err(|e| Error::InvalidSpec(format!("sandbox spec: {e}")))?;
     write_private(&dir.join("config.json"), &bytes)
 }

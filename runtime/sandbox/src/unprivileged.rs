@@ -24,8 +24,11 @@
 //!
 //! What the namespaces can't give is made a variation of the same path,
 //! never a second one: a box's limits come from a delegated cgroup v2
-//! subtree or, asked for, from rlimits (module `limits`), and its cgroup
-//! is made only where the caller may (the runtime's rootless cgroups).
+//! subtree or, asked for, from rlimits (module `limits`), its cgroup is
+//! made only where the caller may (the runtime's rootless cgroups), and
+//! its `--network egress` goes through pasta instead of a veth, under the
+//! same rules, loaded into a network namespace of this user namespace that
+//! the box joins (module `net::pasta`).
 
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;

@@ -417,7 +417,7 @@ pub(crate) fn join_session_keyring(name: &str) -> Result<(), SysError> {
 /// Puts every signal back to its default action and unblocks them all, so
 /// the container's program doesn't inherit the runtime's choices (Rust
 /// ignores SIGPIPE; a foreground `run` blocks everything).
-pub(crate) fn reset_signals() {
+pub fn reset_signals() {
     for sig in 1..libc::SIGRTMAX() {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;

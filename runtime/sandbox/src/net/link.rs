@@ -81,6 +81,32 @@ impl Route {
         Ok(out)
     }
 
+    /// The gateways of the IPv4 routes of the main table (the default
+    /// route's and any other's).
+    pub(super) fn gateways(&mut self) -> Result<Vec<Ipv4Addr>> {
+        let mut m = RouteMessage::default();
+        m.header.address_family = AddressFamily::Inet;
+        let all = self.fetch(Msg::GetRoute(m), NLM_F_REQUEST | NLM_F_DUMP);
+        let mut out = Vec::new();
+        for m in all.map_err(err("list routes"))? {
+            let Msg::NewRoute(m) = m else { continue };
+            if m.header.table != netlink_packet_route::route::RouteHeader::RT_TABLE_MAIN {
+                continue;
+            }
+            for a in &m.attributes {
+                if let RouteAttribute::Gateway(RouteAddress::Inet(g)) = a {
+                    out.push(*g);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `ip link set lo up` (its index is always 1).
+    pub(super) fn loopback_up(&mut self) -> Result<()> {
+        self.up("loopback up", 1)
+    }
+
     /// `ip link set INDEX up`.
     fn up(&mut self, what: &'static str, index: u32) -> Result<()> {
         let mut m = LinkMessage::default();
@@ -153,18 +179,22 @@ impl Route {
 }
 
 /// Runs `f` with a route socket of the box's network namespace `netns`.
-/// The socket is made by a thread that joins the namespace and ends: a
-/// namespace switch must not outlive the call, and a socket stays in the
-/// namespace it was made in, whichever thread then uses it.
 pub(super) fn in_netns<T>(netns: &File, f: impl FnOnce(Route) -> Result<T>) -> Result<T> {
-    let route = std::thread::scope(|s| {
+    f(open_in(netns, Route::open)?)
+}
+
+/// What `open` makes (a socket) in network namespace `netns`. It is made by
+/// a thread that joins the namespace and ends: a namespace switch must not
+/// outlive the call, and a socket stays in the namespace it was made in,
+/// whichever thread then uses it.
+pub(super) fn open_in<T: Send>(netns: &File, open: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    std::thread::scope(|s| {
         s.spawn(|| {
             nix::sched::setns(netns, nix::sched::CloneFlags::CLONE_NEWNET)
                 .map_err(|e| Error::Network(format!("join the box's network namespace: {e}")))?;
-            Route::open()
+            open()
         })
         .join()
         .unwrap_or_else(|_| Err(Error::Network("the box's network set-up panicked".into())))
-    })?;
-    f(route)
+    })
 }

@@ -305,6 +305,7 @@ mod forward;
 mod link;
 mod netlink;
 mod nft;
+pub(crate) mod pasta;
 pub(crate) mod pod;
 mod record;
 mod records;
@@ -317,10 +318,32 @@ use link::{in_netns, Route};
 use records::Records;
 use rules::ruleset;
 
+/// What comes before box `id`'s container is created (its bundle
+/// written): an ordinary user's box gets its network namespace, its table
+/// there and pasta now ([`pasta`]), and its init joins that namespace.
+/// On error the caller removes the box, and with it all of this.
+pub(crate) fn prepare(root: &Path, id: &str, egress: Option<&Egress>) -> Result<()> {
+    match egress {
+        Some(e) if crate::unprivileged::active() => pasta::setup(root, id, e),
+        _ => Ok(()),
+    }
+}
+
+/// The network namespace box `id`'s spec joins, where there is one made
+/// for it ([`prepare`]); its bundle dir is `bundle`.
+pub(crate) fn box_netns(bundle: &Path, egress: Option<&Egress>) -> Option<PathBuf> {
+    (egress.is_some() && crate::unprivileged::active()).then(|| pasta::netns_path(bundle))
+}
+
 /// Gives box `id`, whose init is `pid` (created, not yet started), its
-/// guarded egress. On error some of it may be in place: the caller removes
+/// guarded egress on a veth (root's boxes; an ordinary user's got theirs
+/// before, [`prepare`]). On error some of it may be in place: the caller removes
 /// the box, and with it all of this ([`teardown`]).
 pub(crate) fn setup(root: &Path, id: &str, pid: i32, egress: &Egress) -> Result<()> {
+    if crate::unprivileged::active() {
+        // Set up before the container was made ([`prepare`]).
+        return Ok(());
+    }
     let n = names(id);
     let allow = resolve(&egress.allow)?;
     let ns_path = PathBuf::from(format!("/proc/{pid}/ns/net"));
@@ -333,11 +356,19 @@ pub(crate) fn setup(root: &Path, id: &str, pid: i32, egress: &Egress) -> Result<
     in_netns(&netns, |mut boxside| boxside.box_side(link))
 }
 
-/// Removes what [`setup`] made for box `id`: its table, its link (and with
-/// it the link's route; the box's side goes with the pair), and its record;
-/// forwarding goes off with the last box if tinyrun turned it on. Nothing
-/// there is fine; each part is tried even if one before failed.
+/// Removes what [`setup`] made for box `id`: its pasta and pasta's
+/// record, or its table, its link (and with it the link's route; the box's
+/// side goes with the pair), and its record; forwarding goes off with the
+/// last box if tinyrun turned it on. A pasta'd box's table goes with its
+/// namespace. Nothing there is fine; each part is tried even if one before
+/// failed.
 pub(crate) fn teardown(root: &Path, id: &str) -> Result<()> {
+    let pasta = pasta::stop(root, id);
+    let link = teardown_link(root, id);
+    pasta.and(link)
+}
+
+fn teardown_link(root: &Path, id: &str) -> Result<()> {
     let records = Records::new(root);
     if !records.dir.exists() {
         return Ok(());
@@ -377,7 +408,11 @@ pub(crate) fn collect(root: &Path, alive: &dyn Fn(&str) -> bool) -> Result<()> {
     }
     let dead: Vec<String> = {
         let _lock = records.lock()?;
-        records.all()?.into_iter().map(|(_, o, _)| o).filter(|o| !alive(o)).collect()
+        let mut owners: Vec<String> = records.all()?.into_iter().map(|(_, o, _)| o).collect();
+        owners.extend(pasta::owners(&records));
+        owners.sort_unstable();
+        owners.dedup();
+        owners.into_iter().filter(|o| !alive(o)).collect()
     };
     dead.iter().try_for_each(|id| teardown(root, id))
 }

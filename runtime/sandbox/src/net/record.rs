@@ -5,8 +5,9 @@
 //!
 //! Both are the kernel's counts, read when a result is made: nothing is
 //! added to the path of a packet that is let through. The box can't write
-//! either: its table is in the host's namespace, and a namespace's
-//! `OutNoRoutes` only grows.
+//! either: its table is in the host's namespace (root's boxes) or in its
+//! own where it has no CAP_NET_ADMIN (an ordinary user's, module `pasta`),
+//! and a namespace's `OutNoRoutes` only grows.
 
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -72,6 +73,9 @@ impl NetRefusals {
 /// namespace).
 pub struct NetWatch {
     table: Option<String>,
+    /// The box's network namespace, where its table is when it is there
+    /// rather than in ours.
+    netns: Option<File>,
     snmp: Vec<File>,
 }
 
@@ -80,14 +84,18 @@ impl NetWatch {
     /// `pid`, in state root `root`. What can't be opened is not read (a box
     /// gone meanwhile): the record is then empty, not an error.
     pub fn open(root: &Path, id: &str, pid: i32) -> NetWatch {
-        let egress = Records::new(root).all().is_ok_and(|all| all.iter().any(|(_, owner, _)| owner == id));
+        let pasta = super::pasta::has(root, id);
+        let egress = pasta || Records::new(root).all().is_ok_and(|all| all.iter().any(|(_, owner, _)| owner == id));
+        let bundle = crate::layout::bundle(root, id);
+        let netns = pasta.then(|| File::open(super::pasta::netns_path(&bundle)).ok()).flatten();
         let snmp = ["snmp", "snmp6"].iter().filter_map(|f| File::open(format!("/proc/{pid}/net/{f}")).ok()).collect();
-        NetWatch { table: egress.then(|| names(id).table), snmp }
+        NetWatch { table: egress.then(|| names(id).table), netns, snmp }
     }
 
     /// The record as it is now.
     pub fn read(&self) -> NetRefusals {
-        let (destinations, unlisted) = self.table.as_deref().map(table_record).unwrap_or_default();
+        let (destinations, unlisted) =
+            self.table.as_deref().map(|t| table_record(t, self.netns.as_ref())).unwrap_or_default();
         let unreachable = self.snmp.iter().filter_map(|f| read_all(f).map(|t| out_no_routes(&t))).sum();
         NetRefusals { destinations, unlisted, unreachable }
     }
@@ -129,10 +137,16 @@ fn out_no_routes(text: &str) -> u64 {
     0
 }
 
-/// The destinations and unlisted count of table `table`; nothing when it
-/// can't be read (a box's table removed meanwhile).
-fn table_record(table: &str) -> (Vec<Destination>, u64) {
-    let Ok(mut nft) = nft::Nft::open() else { return Default::default() };
+/// The destinations and unlisted count of table `table`, in network
+/// namespace `netns` or else ours; nothing when it can't be read (a box's
+/// table removed meanwhile).
+fn table_record(table: &str, netns: Option<&File>) -> (Vec<Destination>, u64) {
+    let open = || nft::Nft::open().map_err(|e| Error::Network(e.to_string()));
+    let nft = match netns {
+        Some(ns) => link::open_in(ns, open),
+        None => open(),
+    };
+    let Ok(mut nft) = nft else { return Default::default() };
     let elements = nft.counted_elements(nft::Family::Inet, table, rules::RECORD_SET).unwrap_or_default();
     let mut destinations: Vec<Destination> = elements.iter().filter_map(|(k, n)| destination(k, *n)).collect();
     destinations.truncate(MAX_DESTINATIONS);

@@ -135,17 +135,12 @@ fn refuse_chain() -> Vec<Vec<Expr>> {
     ]
 }
 
-/// The whole transaction that sets up box `n`'s table: all of it or none.
-/// A table of the same name already there is an error (ids are new, and a
-/// box's table is never replaced: that would be another box's).
-///
-/// - input: from the box, nothing reaches the host itself (its veth
-///   address, its uplink address, any of its addresses), except port 53 of
-///   the named resolver when that is the host;
-/// - forward, from the box: see [`egress_rules`];
-/// - forward, to the box: replies only;
-/// - postrouting: the box's address is masqueraded to the uplink's.
-pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Cmd> {
+/// The start of box `n`'s table, whichever namespace holds it: the table
+/// (new: one of the name already there is an error, as ids are new and a
+/// box's table is never replaced: that would be another box's), its
+/// `egress` and [`REFUSE_CHAIN`] chains, the set and counter the refusal
+/// record reads, and the base chains `hooks` names.
+fn table(n: &Names, hooks: &[(&'static str, &'static str, u32, i32)]) -> Vec<Cmd> {
     let (family, table) = (Family::Inet, n.table.clone());
     let chain = |name, hook: Option<(&'static str, u32, i32)>| Cmd::AddChain {
         family,
@@ -153,13 +148,11 @@ pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[All
         name,
         hook: hook.map(|(kind, hook, prio)| Hook { kind, hook, prio, policy: Verdict::Accept }),
     };
-    let mut cmds = vec![
-        Cmd::NewTable(family, table.clone()),
-        chain("input", Some(("filter", nft::NF_INET_LOCAL_IN, -10))),
-        chain("forward", Some(("filter", nft::NF_INET_FORWARD, -10))),
+    let mut cmds = vec![Cmd::NewTable(family, table.clone())];
+    cmds.extend(hooks.iter().map(|&(name, kind, hook, prio)| chain(name, Some((kind, hook, prio)))));
+    cmds.extend([
         chain("egress", None),
         chain(REFUSE_CHAIN, None),
-        chain("postrouting", Some(("nat", nft::NF_INET_POST_ROUTING, 100))),
         Cmd::AddSet {
             family,
             table: table.clone(),
@@ -169,7 +162,33 @@ pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[All
             size: RECORDED,
         },
         Cmd::AddCounter { family, table: table.clone(), name: UNLISTED_COUNTER },
-    ];
+    ]);
+    cmds
+}
+
+/// `rules`, as `(chain, exprs)`, added to box `n`'s table.
+fn add_rules<'a>(n: &'a Names, rules: Vec<(&'static str, Vec<Expr>)>) -> impl Iterator<Item = Cmd> + 'a {
+    rules.into_iter().map(|(chain, exprs)| Cmd::AddRule { family: Family::Inet, table: n.table.clone(), chain, exprs })
+}
+
+/// The whole transaction that sets up box `n`'s table in the host's
+/// namespace (root's boxes, on a veth): all of it or none.
+///
+/// - input: from the box, nothing reaches the host itself (its veth
+///   address, its uplink address, any of its addresses), except port 53 of
+///   the named resolver when that is the host;
+/// - forward, from the box: see [`egress_rules`];
+/// - forward, to the box: replies only;
+/// - postrouting: the box's address is masqueraded to the uplink's.
+pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Cmd> {
+    let mut cmds = table(
+        n,
+        &[
+            ("input", "filter", nft::NF_INET_LOCAL_IN, -10),
+            ("forward", "filter", nft::NF_INET_FORWARD, -10),
+            ("postrouting", "nat", nft::NF_INET_POST_ROUTING, 100),
+        ],
+    );
     let mut rules: Vec<(&'static str, Vec<Expr>)> = Vec::new();
     if let Some(d) = dns {
         rules.extend(resolver(iifname(&n.host), d).into_iter().map(|r| ("input", r)));
@@ -178,11 +197,29 @@ pub(super) fn ruleset(n: &Names, link: Link, dns: Option<Ipv4Addr>, allow: &[All
     rules.push(("forward", then(iifname(&n.host), Expr::Verdict(Verdict::Jump("egress")))));
     rules.push(("forward", then([oifname(&n.host), reply()].concat(), ACCEPT)));
     rules.push(("forward", then(oifname(&n.host), DROP)));
-    rules.extend(egress_rules(link, dns, allow).into_iter().map(|r| ("egress", r)));
+    rules.extend(egress_rules(Some(link.addr), dns, &[], allow).into_iter().map(|r| ("egress", r)));
     rules.extend(refuse_chain().into_iter().map(|r| (REFUSE_CHAIN, r)));
     let not_back = ifname(Meta::OifName, &n.host, true, Expr::Ne);
     rules.push(("postrouting", then([saddr(link.addr), not_back].concat(), Expr::Masquerade)));
-    cmds.extend(rules.into_iter().map(|(chain, exprs)| Cmd::AddRule { family, table: table.clone(), chain, exprs }));
+    cmds.extend(add_rules(n, rules));
+    cmds
+}
+
+/// The whole transaction that sets up box `n`'s table in the box's own
+/// network namespace (an ordinary user's boxes, whose packets pasta sends
+/// on from the host's sockets): what the box sends (the output hook) on
+/// its own loopback passes, the rest goes through [`egress_rules`], with
+/// the host's own addresses and its gateways (`host`) refused as the
+/// private ranges are: pasta would connect to them from the host itself.
+/// The box holds no CAP_NET_ADMIN in the user namespace that owns its
+/// network namespace: it can't change the table.
+pub(super) fn output_ruleset(n: &Names, host: &[Ipv4Addr], dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Cmd> {
+    let mut cmds = table(n, &[("output", "filter", nft::NF_INET_LOCAL_OUT, -10)]);
+    let mut rules =
+        vec![("output", then(oifname("lo"), ACCEPT)), ("output", vec![Expr::Verdict(Verdict::Jump("egress"))])];
+    rules.extend(egress_rules(None, dns, host, allow).into_iter().map(|r| ("egress", r)));
+    rules.extend(refuse_chain().into_iter().map(|r| (REFUSE_CHAIN, r)));
+    cmds.extend(add_rules(n, rules));
     cmds
 }
 
@@ -193,16 +230,23 @@ fn resolver(pre: Vec<Expr>, d: Ipv4Addr) -> Vec<Vec<Expr>> {
 
 /// The rules for what the box sends on, in order: anything but IPv4 is
 /// dropped (so fc00::/7 and fe80::/10 too), and so is a source address not
-/// the box's own; port 53 of the named resolver is accepted; every refused
-/// range is rejected; then, with an allowlist, only what it names passes.
+/// the box's own (`source`, where the box has one of its own); port 53 of
+/// the named resolver is accepted; the addresses `host` and every refused
+/// range are rejected; then, with an allowlist, only what it names passes.
 /// Rejected rather than dropped: a refused connection fails at once; and
 /// recorded ([`refuse_chain`]).
-pub(super) fn egress_rules(link: Link, dns: Option<Ipv4Addr>, allow: &[Allowed]) -> Vec<Vec<Expr>> {
-    let mut rules =
-        vec![vec![Expr::Meta(Meta::NfProto), Expr::Ne(vec![NFPROTO_IPV4]), DROP], then(saddr_not(link.addr), DROP)];
+pub(super) fn egress_rules(
+    source: Option<Ipv4Addr>,
+    dns: Option<Ipv4Addr>,
+    host: &[Ipv4Addr],
+    allow: &[Allowed],
+) -> Vec<Vec<Expr>> {
+    let mut rules = vec![vec![Expr::Meta(Meta::NfProto), Expr::Ne(vec![NFPROTO_IPV4]), DROP]];
+    rules.extend(source.map(|s| then(saddr_not(s), DROP)));
     if let Some(d) = dns {
         rules.extend(resolver(Vec::new(), d));
     }
+    rules.extend(host.iter().map(|&a| then(daddr(a), REFUSE)));
     rules.extend(REFUSED.iter().map(|&(addr, len)| then(daddr_in(Cidr { addr, len }), REFUSE)));
     if !allow.is_empty() {
         for a in allow {
@@ -319,5 +363,37 @@ mod tests {
             table: n.table.clone(),
             name: UNLISTED_COUNTER
         }));
+    }
+
+    /// The variant in the box's own namespace: its loopback passes, then
+    /// the same egress rules, with the host's addresses refused after the
+    /// resolver and before the allowlist, and no source check (the box's
+    /// address is a copy of the host's); the same refuse chain and set.
+    #[test]
+    fn the_output_ruleset_guards_the_boxs_own_namespace() {
+        let n = names("x");
+        let host = [Ipv4Addr::new(203, 0, 113, 2), Ipv4Addr::new(203, 0, 113, 1)];
+        let allow = [Allowed { addr: Ipv4Addr::new(198, 51, 100, 10), port: None }];
+        let cmds = output_ruleset(&n, &host, Some(Ipv4Addr::new(10, 0, 0, 53)), &allow);
+        let hooks: Vec<u32> = cmds
+            .iter()
+            .filter_map(|c| match c {
+                Cmd::AddChain { hook: Some(h), .. } => Some(h.hook),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(hooks, [nft::NF_INET_LOCAL_OUT], "one base chain, on output");
+        let output = rules_of(&cmds, "output");
+        assert_eq!(output.len(), 2, "{output:?}");
+        assert!(output[0].starts_with("meta OifName; == 6c6f00") && output[0].ends_with("Accept"), "{output:?}");
+        assert_eq!(output[1], "Jump(\"egress\")");
+        let egress = rules_of(&cmds, "egress").join("\n");
+        let pos = |s: &str| egress.find(s).unwrap_or_else(|| panic!("{s} not in {egress}"));
+        assert!(!egress.contains("Network+12/4"), "no source check: {egress}");
+        let (resolver, host0, host1, metadata, allowed) =
+            ("== 0a000035", "== cb007102; Jump", "== cb007101; Jump", "== a9fe0000; Jump", "== c633640a; Accept");
+        assert!(pos(resolver) < pos(host0) && pos(host0) < pos(host1) && pos(host1) < pos(metadata));
+        assert!(pos(metadata) < pos(allowed), "{egress}");
+        assert_eq!(rules_of(&cmds, REFUSE_CHAIN), rules_of(&ruleset(&n, link_of(0xa9fe4000), None, &[]), REFUSE_CHAIN));
     }
 }
