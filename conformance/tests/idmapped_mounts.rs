@@ -10,8 +10,8 @@
 //! * `idmap` maps the bind's top mount only, `ridmap` its submounts too;
 //! * SECURITY: the same bind without `idmap` stays the host's: the container's root can't write
 //!   it (runs against runc too);
-//! * an `idmap` that can't be honoured (no bind, no mappings) is refused naming the field, with
-//!   nothing left behind.
+//! * an `idmap` that can't be honoured (no bind, no mappings, a file system without id-mapped
+//!   mounts) is refused naming the field or the mount, with nothing left behind.
 //!
 //! runc 1.1.5 (the oracle here) predates id-mapped mounts (runc 1.2): its spec has no
 //! `mounts[].uidMappings`, and it binds the source unmapped. The tests that need the mapping skip
@@ -195,4 +195,14 @@ fn an_idmap_that_cannot_be_honoured_is_refused() {
         assert!(o.stderr.contains(field), "the error names {field}\n{o}");
         rt.assert_nothing_left(&b.id);
     }
+    // A file system without id-mapped mounts (ramfs): the kernel's refusal, naming the mount.
+    let ram = rt.tempdir();
+    let st = std::process::Command::new("mount").args(["-t", "ramfs", "ramfs"]).arg(&ram).status();
+    assert!(st.is_ok_and(|s| s.success()), "mount a ramfs");
+    rt.track_mount(&ram);
+    let b = userns_bundle(&rt, "true");
+    b.add_mount(json!({"destination": "/home", "type": "bind", "source": ram, "options": ["rbind", "idmap"]}));
+    let o = rt.create(&b).expect_err("create");
+    assert!(o.stderr.contains("mounts[/home]") && o.stderr.contains("id-mapped"), "{o}");
+    rt.assert_nothing_left(&b.id);
 }
