@@ -33,7 +33,7 @@ pub fn userns_with_map(base: u32, count: u32) -> Result<OwnedFd, SysError> {
 /// # Preconditions
 /// The caller is single-threaded.
 pub(crate) fn userns_with_maps(uid_map: &str, gid_map: &str) -> Result<OwnedFd, SysError> {
-    userns_held(uid_map.trim(), |pid| map_and_open(pid, uid_map, gid_map))
+    userns_held(&uid_map.trim().replace('\n', ", "), |pid| map_and_open(pid, uid_map, gid_map))
 }
 
 /// A new user namespace, held by a child while `map` (which `what` names
