@@ -180,6 +180,67 @@ fn each_pod_has_a_user_namespace_of_its_own() {
     escape!("guarded_userns", "two pods of the guarded class", "user namespaces at host ids {fa} and {fb}");
 }
 
+/// A guarded pod's volumes are usable by its ids, though its root is an unprivileged host id.
+/// A root-owned host directory (mode 0755) bound in is id-mapped with the pod's mappings: the
+/// pod's root owns it inside, writes it, and what it writes is stored with the ids it used (0:0,
+/// a chown to 1000 is 1000 on the host), as in a pod without a user namespace. On a file system
+/// without id-mapped mounts (a ramfs), an emptyDir kubelet made is given to the pod's root (its
+/// host id owns it), while a root-owned hostPath there stays the host's: nobody's inside, not
+/// writable, not chowned.
+#[test]
+fn volumes_are_usable_by_the_pods_ids() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let cri = cri_or_skip!();
+    let owner = |p: &std::path::Path| std::fs::metadata(p).map(|m| (m.uid(), m.gid())).expect("stat on the host");
+    let data = cri.volume_dir("data", 0o755);
+    let ram = cri.volume_dir("ram", 0o755);
+    let st = Command::new("mount").args(["-t", "ramfs", "-o", "mode=0755", "ramfs"]).arg(&ram).status();
+    assert!(st.is_ok_and(|s| s.success()), "mount a ramfs at {}", ram.display()); // the sweep unmounts it
+    let empty_dir = ram.join("pod-uid/volumes/kubernetes.io~empty-dir/cache");
+    std::fs::create_dir_all(&empty_dir).expect("mkdir the emptyDir");
+    std::fs::set_permissions(&empty_dir, std::fs::Permissions::from_mode(0o777)).expect("chmod 0777, as kubelet");
+    let host_path = ram.join("host-path");
+    std::fs::create_dir(&host_path).expect("mkdir the hostPath");
+    let pod = cri.run_pod("volumes", false);
+    let mount = |at: &str, host: &std::path::Path| api::Mount {
+        container_path: at.into(),
+        host_path: host.display().to_string(),
+        ..Default::default()
+    };
+    let script = "echo hi > /data/out && mkdir /data/dir && chown 1000:1000 /data/dir && echo hi > /cache/out \
+                  && echo done; exec sleep 1000";
+    let mut cfg = Cri::container_config("writer", &["sh", "-c", script]);
+    cfg.mounts = vec![mount("/data", &data), mount("/cache", &empty_dir), mount("/host-path", &host_path)];
+    let c = cri.run_with(&pod, cfg);
+    cri.wait_log(&c, "done", 30);
+    let first: u32 = cri
+        .exec_ok(&c, &["cat", "/proc/self/uid_map"])
+        .split_whitespace()
+        .nth(1)
+        .expect("uid_map")
+        .parse()
+        .expect("the pod's first host id");
+    assert!(first >= 65536, "the pod's root is an unprivileged host id: {first}");
+    let inside = |p: &str| cri.exec_ok(&c, &["stat", "-c", "%u:%g", p]).trim().to_string();
+    assert_eq!(inside("/data"), "0:0", "the id-mapped volume is the pod's root's inside");
+    assert_eq!(owner(&data.join("out")), (0, 0), "stored with the ids the pod used");
+    assert_eq!(owner(&data.join("dir")), (1000, 1000), "a chown inside is the same ids on the host");
+    assert_eq!(std::fs::read_to_string(data.join("out")).expect("read on the host"), "hi\n");
+    assert_eq!(inside("/cache"), "0:0", "the ramfs emptyDir is the pod's root's inside");
+    assert_eq!(owner(&empty_dir), (first, first), "given to the pod's root on the host");
+    assert_eq!(owner(&empty_dir.join("out")), (first, first));
+    assert_eq!(inside("/host-path"), "65534:65534", "a ramfs hostPath stays the host's");
+    let r = cri.exec(&c, &["sh", "-c", "echo x > /host-path/out"]);
+    assert_ne!(r.exit_code, 0, "the pod's root wrote a root-owned hostPath it was not given");
+    assert_eq!(owner(&host_path), (0, 0), "a hostPath is never chowned");
+    assert!(!host_path.join("out").exists());
+    escape!(
+        "guarded_volumes",
+        "writing a root-owned volume from a pod at host ids {first}+",
+        "id-mapped (stored as 0:0), a ramfs emptyDir given to {first}, a ramfs hostPath refused"
+    );
+}
+
 /// The sandbox's masked paths, and the policy's memory and pids limits for a pod that sets none.
 #[test]
 fn masked_paths_and_default_limits() {

@@ -64,8 +64,8 @@ fn document_shape() {
     }
     assert_eq!(linux["cgroup"]["systemd"], true, "the systemd driver (--systemd-cgroup): {v}");
     assert_eq!(linux["cgroup"]["systemdUser"], true, "the user-manager driver (rootless --systemd-cgroup): {v}");
-    assert_eq!(linux["mountExtensions"]["idmap"]["enabled"], false, "no id-mapped mounts: {v}");
-    assert!(!opts.contains(&"idmap"), "idmap is refused by tinyrun, must not be listed: {v}");
+    assert_eq!(linux["mountExtensions"]["idmap"]["enabled"], true, "id-mapped mounts (mounts.rs tests them): {v}");
+    assert!(opts.contains(&"idmap") && opts.contains(&"ridmap"), "idmap/ridmap are applied, so listed: {v}");
     let policy = &linux["memoryPolicy"];
     assert!(strings(&policy["modes"]).contains(&"MPOL_INTERLEAVE"), "linux.memoryPolicy is applied: {v}");
     assert!(strings(&policy["flags"]).contains(&"MPOL_F_STATIC_NODES"), "{v}");

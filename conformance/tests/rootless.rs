@@ -12,7 +12,8 @@
 //!   state under `$XDG_RUNTIME_DIR/<runtime>`.
 //! * The caller's id plus its subordinate ranges, mapped through `newuidmap`/`newgidmap`: a
 //!   file chowned inside lands on the host as the mapped id.
-//! * A mapping of host ids the user does not own is refused, and nothing is left behind.
+//! * A mapping of host ids the user does not own is refused, and nothing is left behind; so
+//!   is an id-mapped bind (`idmap`), which needs a privileged runtime.
 //! * Limits where the user may not make a cgroup (cgroup v1, and v2 not delegated): refused
 //!   with runc's message (v1: `cannot set pids limit: container could not join or create
 //!   cgroup`; v2: `rootless needs no limits + no cgrouppath ...`); none, and the container
@@ -374,6 +375,30 @@ fn ids_the_user_does_not_own_are_refused() {
     u.edit(&b, |c| c["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 0, "size": 1}]));
     let o = u.run_in(&b, &["run", &id]);
     assert!(!o.ok, "mapping host root must fail: {o}");
+    assert!(u.processes().is_empty(), "processes left: {:?}", u.processes());
+}
+
+/// An id-mapped bind needs a runtime privileged over the source's file system: a rootless
+/// one refuses it, as runc 1.2 does, naming the mount, and leaves nothing behind.
+#[test]
+fn idmapped_mounts_are_refused_for_a_rootless_container() {
+    require_root!();
+    let Some(mut u) = User::new("i") else { return };
+    if u.is_runc() {
+        skip!("runc 1.1.5 predates id-mapped mounts (runc 1.2): it takes idmap as file-system data");
+    }
+    let b = u.bundle("b");
+    let src = u.work.clone();
+    u.edit(&b, |c| {
+        c["mounts"].as_array_mut().unwrap().push(json!({"destination": "/home", "type": "bind",
+            "source": src, "options": ["rbind", "idmap"]}));
+        c["process"]["args"] = json!(["true"]);
+    });
+    let id = u.id("i1");
+    let o = u.run_in(&b, &["run", &id]);
+    assert!(!o.ok, "an id-mapped bind of a rootless container must fail: {o}");
+    assert!(o.stderr.contains("mounts[/home].options") && o.stderr.contains("rootless"), "{o}");
+    assert!(!u.state_dir().join(&id).exists(), "state left after a failed run");
     assert!(u.processes().is_empty(), "processes left: {:?}", u.processes());
 }
 

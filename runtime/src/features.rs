@@ -197,7 +197,9 @@ pub fn features() -> Features {
             // implemented: not full SELinux support.
             selinux: Enabled { enabled: false },
             intel_rdt: Enabled { enabled: false },
-            mount_extensions: MountExtensions { idmap: Enabled { enabled: false } },
+            // `idmap`/`ridmap` and mounts[].uidMappings (rootfs::sources);
+            // whether a file system takes them is the kernel's answer.
+            mount_extensions: MountExtensions { idmap: Enabled { enabled: true } },
             net_devices: Enabled { enabled: false },
             memory_policy: MemoryPolicy {
                 modes: strings(crate::mempolicy::MODE_NAMES),
@@ -226,7 +228,7 @@ impl Features {
 fn mount_options() -> Vec<String> {
     MOUNT_OPTION_CANDIDATES
         .iter()
-        .filter(|o| crate::rootfs::options::parse_options(&[o.to_string()]).is_ok_and(|m| m.data.is_empty()))
+        .filter(|o| crate::rootfs::options::parse_options(&[o.to_string()]).data.is_empty())
         .map(|o| o.to_string())
         .collect()
 }
@@ -249,9 +251,10 @@ mod tests {
         // containerd's CRI turns on recursive read-only mounts only if "rro" is listed.
         assert!(f.mount_options.contains(&"rro".to_string()) && f.mount_options.contains(&"rnosymfollow".to_string()));
         // Data options and unimplemented flags are not claimed.
+        assert!(f.mount_options.contains(&"idmap".to_string()) && f.mount_options.contains(&"ridmap".to_string()));
         for o in ["nosymfollow", "tmpcopyup", "idmap"] {
             let claimed = f.mount_options.iter().any(|m| m == o);
-            let taken = crate::rootfs::options::parse_options(&[o.to_string()]).is_ok_and(|m| m.data.is_empty());
+            let taken = crate::rootfs::options::parse_options(&[o.to_string()]).data.is_empty();
             assert_eq!(claimed, taken, "{o}");
         }
         assert!(f.linux.capabilities.contains(&"CAP_SYS_ADMIN".to_string()));
@@ -268,7 +271,7 @@ mod tests {
             assert!(v.get(k).is_some(), "{k}");
         }
         assert!(v["linux"]["seccomp"]["knownFlags"].is_array());
-        assert_eq!(v["linux"]["mountExtensions"]["idmap"]["enabled"], false);
+        assert_eq!(v["linux"]["mountExtensions"]["idmap"]["enabled"], true);
         assert_eq!(
             (v["linux"]["cgroup"]["systemd"].as_bool(), v["linux"]["cgroup"]["systemdUser"].as_bool()),
             (Some(true), Some(true))

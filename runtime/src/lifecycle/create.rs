@@ -396,34 +396,11 @@ fn init_config<'a>(
         cgroup_hierarchies: Vec::new(),
         maps_dumpable: crate::idmap::needs_dumpable_child(),
         runtime_in_user_ns: crate::idmap::in_user_namespace(),
-        bind_sources: bind_sources(b, plan)?,
+        bind_sources: crate::rootfs::sources::detached(
+            spec,
+            &b.dir,
+            plan,
+            plan.other_user_ns() && !crate::idmap::needs_dumpable_child(),
+        )?,
     })
-}
-
-/// Bind mounts made now, detached, with the runtime's credentials, when
-/// init enters a user namespace before it mounts: its root there is
-/// another host id, which may not be able to walk to the sources
-/// (containerd's pod directories are not open to others). Init attaches
-/// each in its place; runc 1.2 passes mount fds the same way. Keyed by the
-/// mount's destination. Only for a runtime that is root of the initial
-/// user namespace: `open_tree` needs that, and a rootless runtime's
-/// container root is the caller itself, who reaches the sources anyway.
-fn bind_sources(b: &Bundle, plan: &Plan) -> Result<Vec<(PathBuf, OwnedFd)>> {
-    if !plan.other_user_ns() || crate::idmap::needs_dumpable_child() {
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for m in b.spec.mounts().as_deref().unwrap_or_default() {
-        let opts = m.options().as_deref().unwrap_or_default();
-        let bind = m.typ().as_deref() == Some("bind") || opts.iter().any(|o| o == "bind" || o == "rbind");
-        let Some(src) = m.source().as_ref().filter(|_| bind) else { continue };
-        let src = if src.is_absolute() { src.clone() } else { b.dir.join(src) };
-        let field = || format!("mounts[{}]: bind mount source {}", m.destination().display(), src.display());
-        let c = std::ffi::CString::new(src.as_os_str().as_encoded_bytes())
-            .map_err(|_| RuntimeError::InvalidSpec(format!("{}: a NUL in the path", field())))?;
-        let fd = crate::sys::open_tree(&c, opts.iter().any(|o| o == "rbind"))
-            .map_err(|e| RuntimeError::InvalidSpec(format!("{}: {e}", field())))?;
-        out.push((m.destination().clone(), fd));
-    }
-    Ok(out)
 }

@@ -81,9 +81,9 @@ pub(crate) struct InitConfig<'a> {
     /// The runtime itself runs in a user namespace other than the initial
     /// one (rootless podman runs it as root of its own).
     pub runtime_in_user_ns: bool,
-    /// Bind mounts the runtime made detached for init (by destination),
-    /// whose sources its user namespace's root may not reach.
-    pub bind_sources: Vec<(PathBuf, OwnedFd)>,
+    /// Bind mounts the runtime made detached for init to attach (see
+    /// `rootfs::sources`).
+    pub bind_sources: Vec<crate::rootfs::sources::Source>,
 }
 
 /// Child entry point. Never returns.
@@ -263,7 +263,7 @@ fn close_host_fds(cfg: &InitConfig, chan: &Channel) -> Step {
     let mut keep = vec![chan.as_raw_fd(), cfg.start_listener.as_raw_fd()];
     keep.extend(cfg.process.console);
     keep.extend(cfg.agent_listener.map(AsRawFd::as_raw_fd));
-    keep.extend(cfg.bind_sources.iter().map(|(_, fd)| fd.as_raw_fd()));
+    keep.extend(cfg.bind_sources.iter().map(|s| s.fd.as_raw_fd()));
     Ok(sys::close_fds_except(3 + cfg.process.preserved_fds, &keep)?)
 }
 

@@ -14,6 +14,7 @@ mod kernel;
 mod mounts;
 pub(crate) mod options;
 mod paths;
+pub(crate) mod sources;
 #[cfg(test)]
 mod tests;
 
@@ -50,9 +51,9 @@ pub(crate) struct Options<'a> {
     /// private bind of the rootfs that `delete` detaches whole, and the
     /// root is entered with chroot.
     pub own_mount_ns: bool,
-    /// Bind mounts the runtime made detached (by destination): attached
-    /// as they are, so a user namespace's root need not reach the sources.
-    pub bind_sources: &'a [(std::path::PathBuf, std::os::fd::OwnedFd)],
+    /// Bind mounts the runtime made detached (see [`sources`]): attached
+    /// as they are.
+    pub bind_sources: &'a [sources::Source],
 }
 
 /// Turns the bundle's rootfs into a populated mount tree: propagation, the
@@ -83,14 +84,14 @@ pub(crate) fn prepare(o: &Options, in_cgroup: &mut dyn FnMut() -> Result<String>
 
     let mut dev_is_bind = false;
     let mut own_cgroups = None;
-    for m in o.spec.mounts().as_deref().unwrap_or(&[]) {
-        if m.destination() == Path::new("/dev") && mounts::is_bind(m) {
+    for (i, m) in o.spec.mounts().as_deref().unwrap_or(&[]).iter().enumerate() {
+        if m.destination() == Path::new("/dev") && sources::is_bind(m) {
             dev_is_bind = true;
         }
         if own_cgroups.is_none() && matches!(m.typ().as_deref(), Some("cgroup" | "cgroup2")) {
             own_cgroups = Some(in_cgroup()?);
         }
-        mounts::mount_one(&root, m, o, own_cgroups.as_deref().unwrap_or_default())?;
+        mounts::mount_one(&root, m, i, o, own_cgroups.as_deref().unwrap_or_default())?;
     }
     if own_cgroups.is_none() {
         in_cgroup()?;

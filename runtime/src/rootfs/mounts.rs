@@ -14,29 +14,25 @@ use crate::error::InitError;
 use crate::sys::fs::fd_path;
 use crate::tree::Tree;
 
-pub(super) fn is_bind(m: &Mount) -> bool {
-    m.typ().as_deref() == Some("bind")
-        || m.options().as_deref().unwrap_or(&[]).iter().any(|o| o == "bind" || o == "rbind")
-}
-
 /// Mounts `m` at its destination resolved inside `root`; a failure names
-/// the entry (`mounts /dev/pts: ...`). `own_cgroups`: init's
-/// `/proc/self/cgroup` as the host sees it (for a cgroup mount).
-pub(super) fn mount_one(root: &Tree, m: &Mount, o: &Options, own_cgroups: &str) -> Result<()> {
-    mount_entry(root, m, o, own_cgroups).map_err(|e| e.field(format!("mounts {}", m.destination().display())))
+/// the entry (`mounts /dev/pts: ...`); `index` is its place in `mounts`.
+/// `own_cgroups`: init's `/proc/self/cgroup` as the host sees it (for a
+/// cgroup mount).
+pub(super) fn mount_one(root: &Tree, m: &Mount, index: usize, o: &Options, own_cgroups: &str) -> Result<()> {
+    mount_entry(root, m, index, o, own_cgroups).map_err(|e| e.field(format!("mounts {}", m.destination().display())))
 }
 
-fn mount_entry(root: &Tree, m: &Mount, o: &Options, own_cgroups: &str) -> Result<()> {
+fn mount_entry(root: &Tree, m: &Mount, index: usize, o: &Options, own_cgroups: &str) -> Result<()> {
     let k = o.kernel;
     let dest = m.destination();
     let shown = dest.to_string_lossy();
-    let opts = parse_options(m.options().as_deref().unwrap_or(&[]))?;
+    let opts = parse_options(m.options().as_deref().unwrap_or(&[]));
     let typ = m.typ().as_deref().unwrap_or("");
     if typ == "cgroup" || typ == "cgroup2" {
         return super::cgroupfs::mount_cgroup(root, dest, &opts, o, own_cgroups);
     }
     if opts.is_bind() || typ == "bind" {
-        return bind(root, m, &opts, o);
+        return bind(root, m, index, &opts, o);
     }
     if typ == "proc" || typ == "sysfs" {
         ordinary_directory(root, dest, typ)?;
@@ -101,7 +97,7 @@ fn ordinary_directory(root: &Tree, dest: &Path, typ: &str) -> Result<()> {
     }
 }
 
-fn bind(root: &Tree, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> {
+fn bind(root: &Tree, m: &Mount, index: usize, opts: &MountOptions, o: &Options) -> Result<()> {
     let k = o.kernel;
     let dest = m.destination();
     let shown = dest.to_string_lossy();
@@ -110,7 +106,11 @@ fn bind(root: &Tree, m: &Mount, opts: &MountOptions, o: &Options) -> Result<()> 
     // A relative source is relative to the bundle, as runc reads it.
     let src: PathBuf = if src.is_absolute() { src.clone() } else { o.bundle.join(src) };
     // Made detached by the runtime (see `Options::bind_sources`).
-    let made = o.bind_sources.iter().find(|(d, _)| d == dest).map(|(_, fd)| fd);
+    let made = o.bind_sources.iter().find(|s| s.index == index).map(|s| &s.fd);
+    if made.is_none() && super::sources::is_idmapped(m) {
+        // Bound here, it would show the files with their owners unmapped.
+        return Err(bad("the runtime made no id-mapped mount for it"));
+    }
     let shown_src = match made {
         Some(fd) => PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd())),
         None => src.clone(),

@@ -5,7 +5,6 @@
 use nix::mount::MsFlags;
 
 use super::kernel::Attrs;
-use crate::error::InitError;
 
 /// One config.json mount, with its options split the way `mount(2)` wants them.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +20,19 @@ pub(crate) struct MountOptions {
     /// `rro`, `rnosuid`, ...: attributes for the mount and every mount
     /// below it, set with `mount_setattr(AT_RECURSIVE)` after the mount.
     pub recursive: Attrs,
+    /// `idmap` or `ridmap`: the bind is id-mapped (the mount's own
+    /// mappings, or the container's), the submounts of an `rbind` too
+    /// with `ridmap`.
+    pub idmap: Option<Idmap>,
+}
+
+/// How much of a bind `idmap`/`ridmap` id-maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Idmap {
+    /// `idmap`: the bind's top mount.
+    Top,
+    /// `ridmap`: every mount of the tree.
+    Recursive,
 }
 
 impl Default for MountOptions {
@@ -31,6 +43,7 @@ impl Default for MountOptions {
             data: String::new(),
             copy_up: false,
             recursive: Attrs::default(),
+            idmap: None,
         }
     }
 }
@@ -41,8 +54,6 @@ impl MountOptions {
     }
 }
 
-/// Splits OCI mount options into flags, propagation and data, as runc does.
-/// Options that would need features tinyrun lacks are refused by name.
 /// The (set, clear) mount flags of a flag option, as runc maps them.
 fn flag(opt: &str) -> Option<(MsFlags, MsFlags)> {
     Some(match opt {
@@ -81,7 +92,9 @@ fn flag(opt: &str) -> Option<(MsFlags, MsFlags)> {
     })
 }
 
-pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitError> {
+/// Splits OCI mount options into flags, propagation and data, as runc does:
+/// what is no option of its own is file-system data.
+pub(crate) fn parse_options(options: &[String]) -> MountOptions {
     let mut m = MountOptions::default();
     let mut data = Vec::new();
     for opt in options {
@@ -91,8 +104,10 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitErro
             m.propagation.push(p);
         } else if let Some((clear, flag)) = recursive_attr(opt) {
             m.recursive.add(clear, flag);
-        } else if opt == "idmap" || opt == "ridmap" {
-            return Err(InitError::other(format!("mount option {opt:?}"), "id-mapped mounts are not supported"));
+        } else if opt == "idmap" {
+            m.idmap = Some(Idmap::Top);
+        } else if opt == "ridmap" {
+            m.idmap = Some(Idmap::Recursive);
         } else if opt == "tmpcopyup" || opt == "notmpcopyup" {
             m.copy_up = opt == "tmpcopyup";
         } else {
@@ -100,7 +115,7 @@ pub(crate) fn parse_options(options: &[String]) -> Result<MountOptions, InitErro
         }
     }
     m.data = data.join(",");
-    Ok(m)
+    m
 }
 
 impl Attrs {
@@ -189,7 +204,7 @@ mod tests {
 
     #[test]
     fn splits_flags_data_and_propagation() {
-        let m = parse_options(&opts(&["nosuid", "strictatime", "mode=755", "size=65536k", "rslave"])).unwrap();
+        let m = parse_options(&opts(&["nosuid", "strictatime", "mode=755", "size=65536k", "rslave"]));
         assert_eq!(m.flags, MsFlags::MS_NOSUID | MsFlags::MS_STRICTATIME);
         assert_eq!(m.data, "mode=755,size=65536k");
         assert_eq!(m.propagation, vec![MsFlags::MS_SLAVE | MsFlags::MS_REC]);
@@ -197,35 +212,39 @@ mod tests {
 
     #[test]
     fn later_options_override_earlier_ones() {
-        let m = parse_options(&opts(&["ro", "rw", "rbind"])).unwrap();
+        let m = parse_options(&opts(&["ro", "rw", "rbind"]));
         assert_eq!(m.flags, MsFlags::MS_BIND | MsFlags::MS_REC);
         assert!(m.is_bind());
     }
 
     #[test]
-    fn refuses_what_it_cannot_do() {
-        assert!(parse_options(&opts(&["idmap"])).unwrap_err().to_string().contains("idmap"));
+    fn idmap_options_are_no_data_and_the_later_one_wins() {
+        let m = parse_options(&opts(&["rbind", "idmap"]));
+        assert_eq!((m.idmap, m.data.as_str()), (Some(Idmap::Top), ""));
+        assert_eq!(parse_options(&opts(&["idmap", "ridmap"])).idmap, Some(Idmap::Recursive));
+        assert_eq!(parse_options(&opts(&["ridmap", "idmap"])).idmap, Some(Idmap::Top));
+        assert_eq!(parse_options(&opts(&["rbind"])).idmap, None);
     }
 
     #[test]
     fn recursive_attributes_set_and_clear_mount_attr_bits() {
-        let m = parse_options(&opts(&["rbind", "rro", "rnosuid", "rnoexec"])).unwrap();
+        let m = parse_options(&opts(&["rbind", "rro", "rnosuid", "rnoexec"]));
         assert_eq!(m.recursive, Attrs { set: RDONLY | NOSUID | NOEXEC, clear: 0 });
         assert_eq!(m.flags, MsFlags::MS_BIND | MsFlags::MS_REC, "recursive options are no mount flags");
-        let m = parse_options(&opts(&["rro", "rrw"])).unwrap();
+        let m = parse_options(&opts(&["rro", "rrw"]));
         assert_eq!(m.recursive, Attrs { set: 0, clear: RDONLY }, "the later option wins");
-        let m = parse_options(&opts(&["rnoatime"])).unwrap();
+        let m = parse_options(&opts(&["rnoatime"]));
         assert_eq!(m.recursive, Attrs { set: NOATIME, clear: ATIME });
         for relatime in ["rnorelatime", "rrelatime", "ratime", "rnostrictatime"] {
-            let m = parse_options(&opts(&[relatime])).unwrap();
+            let m = parse_options(&opts(&[relatime]));
             assert_eq!(m.recursive.set & ATIME, 0, "{relatime} leaves the mount relatime, as runc does");
             assert_eq!(m.recursive.clear & ATIME, ATIME, "{relatime} resets the atime field");
         }
-        let m = parse_options(&opts(&["rnoatime", "rrelatime"])).unwrap();
+        let m = parse_options(&opts(&["rnoatime", "rrelatime"]));
         assert_eq!(m.recursive, Attrs { set: NOATIME, clear: ATIME }, "relatime adds no bit: runc keeps noatime");
-        let m = parse_options(&opts(&["rnoatime", "ratime"])).unwrap();
+        let m = parse_options(&opts(&["rnoatime", "ratime"]));
         assert_eq!(m.recursive, Attrs { set: 0, clear: ATIME | NOATIME }, "ratime takes noatime back");
-        let m = parse_options(&opts(&["rstrictatime", "rnosymfollow"])).unwrap();
+        let m = parse_options(&opts(&["rstrictatime", "rnosymfollow"]));
         assert_eq!(m.recursive, Attrs { set: STRICTATIME | NOSYMFOLLOW, clear: ATIME });
     }
 }

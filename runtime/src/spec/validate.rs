@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use oci_spec::runtime::{LinuxNamespaceType, Spec};
+use oci_spec::runtime::{LinuxNamespaceType, Mount, Spec};
 
 use crate::error::{Result, RuntimeError};
 
@@ -120,16 +120,35 @@ fn check_mounts(spec: &Spec) -> Result<()> {
         if !m.destination().is_absolute() {
             return Err(invalid(format!("mounts: destination {:?} is not an absolute path", m.destination())));
         }
-        let opts = m.options().as_deref().unwrap_or(&[]);
-        crate::rootfs::options::parse_options(opts).map_err(|why| {
-            RuntimeError::unsupported(format!("mounts[{}].options", m.destination().display()), why.to_string())
-        })?;
-        if m.uid_mappings().is_some() || m.gid_mappings().is_some() {
-            return Err(RuntimeError::unsupported(
-                format!("mounts[{}].uidMappings", m.destination().display()),
-                "id-mapped mounts are not supported",
-            ));
+        if crate::rootfs::sources::is_idmapped(m) {
+            check_idmapped(spec, m)?;
         }
+    }
+    Ok(())
+}
+
+/// An id-mapped mount, as runc 1.2 takes it: a bind, made by a runtime
+/// privileged over the source's file system, with both maps of its own or,
+/// for `idmap`/`ridmap` alone, the container's user namespace's.
+fn check_idmapped(spec: &Spec, m: &Mount) -> Result<()> {
+    let own_maps = m.uid_mappings().is_some() || m.gid_mappings().is_some();
+    let field = format!("mounts[{}].{}", m.destination().display(), if own_maps { "uidMappings" } else { "options" });
+    if !crate::rootfs::sources::is_bind(m) {
+        return Err(RuntimeError::unsupported(field, "id-mapped mounts are only supported for bind mounts"));
+    }
+    if crate::idmap::needs_dumpable_child() {
+        return Err(RuntimeError::unsupported(field, "id-mapped mounts are not supported for rootless containers"));
+    }
+    let has = |v: &Option<Vec<_>>| v.as_ref().is_some_and(|v| !v.is_empty());
+    let both = if own_maps {
+        has(m.uid_mappings()) && has(m.gid_mappings())
+    } else {
+        let nss = spec.linux().as_ref().and_then(|l| l.namespaces().as_ref());
+        nss.is_some_and(|n| n.iter().any(|n| n.typ() == LinuxNamespaceType::User))
+    };
+    if !both {
+        let why = if own_maps { "" } else { " (idmap without them takes the container's: it has no user namespace)" };
+        return Err(invalid(format!("{field}: id-mapped mounts must have both uid and gid mappings specified{why}")));
     }
     Ok(())
 }
@@ -316,10 +335,29 @@ mod tests {
         assert!(e.contains("linux.memoryPolicy") && e.contains("at least one node"), "{e}");
         let e = err(serde_json::json!({"process": {"ioPriority": {"class": "IOPRIO_CLASS_BE", "priority": 9}}}));
         assert!(e.contains("process.ioPriority"), "{e}");
-        let e = err(
-            serde_json::json!({"mounts": [{"destination": "/x", "type": "bind", "source": "/tmp", "options": ["idmap"]}]}),
-        );
-        assert!(e.contains("mounts[/x].options"), "{e}");
+    }
+
+    #[test]
+    fn id_mapped_mounts_are_binds_with_both_maps_or_the_containers() {
+        let map = serde_json::json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+        let bind = |extra: serde_json::Value| {
+            let mut m = serde_json::json!({"destination": "/x", "type": "bind", "source": "/tmp"});
+            m.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            serde_json::json!({"mounts": [m]})
+        };
+        validate(&spec(bind(serde_json::json!({"uidMappings": map, "gidMappings": map})))).unwrap();
+        let e = err(bind(serde_json::json!({"uidMappings": map})));
+        assert!(e.contains("mounts[/x].uidMappings") && e.contains("both uid and gid"), "{e}");
+        let e = err(bind(serde_json::json!({"uidMappings": [], "gidMappings": map})));
+        assert!(e.contains("both uid and gid"), "{e}");
+        let e = err(bind(serde_json::json!({"options": ["idmap"]})));
+        assert!(e.contains("mounts[/x].options") && e.contains("no user namespace"), "{e}");
+        let e = err(serde_json::json!({"mounts": [{"destination": "/x", "type": "tmpfs", "source": "tmpfs",
+            "uidMappings": map, "gidMappings": map}]}));
+        assert!(e.contains("mounts[/x].uidMappings") && e.contains("only supported for bind mounts"), "{e}");
+        let mut c = bind(serde_json::json!({"options": ["rbind", "ridmap"]}));
+        c["linux"] = serde_json::json!({"namespaces": [{"type": "user"}], "uidMappings": map, "gidMappings": map});
+        validate(&spec(c)).unwrap();
     }
 
     #[test]

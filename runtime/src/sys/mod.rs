@@ -14,7 +14,7 @@ mod userns;
 pub(crate) use build_id::build_id;
 pub(crate) use sched::{ioprio_set, sched_setattr, set_mempolicy, set_personality, SchedAttr};
 pub use userns::userns_with_map;
-pub(crate) use userns::{open_userns, userns_held};
+pub(crate) use userns::{open_userns, userns_held, userns_with_maps};
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -22,7 +22,18 @@ use crate::error::SysError;
 /// The caller is single-threaded (another thread could be mid-way through
 /// something the child's shared memory would see torn; it touches none).
 pub fn userns_with_map(base: u32, count: u32) -> Result<OwnedFd, SysError> {
-    userns_held(&format!("0 {base} {count}"), |pid| map_and_open(pid, base, count))
+    let map = format!("0 {base} {count}\n");
+    userns_with_maps(&map, &map)
+}
+
+/// A user namespace with `uid_map` and `gid_map` (in the text
+/// `/proc/<pid>/uid_map` takes: `inside outside count` lines), held by the
+/// returned fd; see [`userns_with_map`].
+///
+/// # Preconditions
+/// The caller is single-threaded.
+pub(crate) fn userns_with_maps(uid_map: &str, gid_map: &str) -> Result<OwnedFd, SysError> {
+    userns_held(&uid_map.trim().replace('\n', ", "), |pid| map_and_open(pid, uid_map, gid_map))
 }
 
 /// A new user namespace, held by a child while `map` (which `what` names
@@ -80,12 +91,12 @@ extern "C" fn hold(fds: *mut libc::c_void) -> libc::c_int {
     0
 }
 
-/// The parent's half of [`userns_with_map`].
-fn map_and_open(pid: Pid, base: u32, count: u32) -> Result<OwnedFd, SysError> {
-    let map = format!("0 {base} {count}\n");
-    for file in ["uid_map", "gid_map"] {
+/// The parent's half of [`userns_with_maps`].
+fn map_and_open(pid: Pid, uid_map: &str, gid_map: &str) -> Result<OwnedFd, SysError> {
+    for (file, map) in [("uid_map", uid_map), ("gid_map", gid_map)] {
         let path = format!("/proc/{pid}/{file}");
-        std::fs::write(&path, &map).map_err(|e| SysError::new("write", &path, super::io_errno(&e)))?;
+        // One write: the kernel takes a map whole, once.
+        std::fs::write(&path, map).map_err(|e| SysError::new("write", &path, super::io_errno(&e)))?;
     }
     open_userns(pid)
 }

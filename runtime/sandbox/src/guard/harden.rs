@@ -133,6 +133,14 @@ fn mount(m: &Value, policy: &Policy) -> Result<()> {
     let dest = m["destination"].as_str().unwrap_or("?");
     let typ = m["type"].as_str().unwrap_or("");
     let opts = strs(&m["options"]);
+    if !m["uidMappings"].is_null()
+        || !m["gidMappings"].is_null()
+        || opts.iter().any(|o| *o == "idmap" || *o == "ridmap")
+    {
+        return Err(refused(format!(
+            "mounts[{dest}]: id-mapped mounts are the guarded class's to make (with the pod's mappings)"
+        )));
+    }
     if typ == "bind" || opts.contains(&"bind") || opts.contains(&"rbind") {
         let source = m["source"].as_str().unwrap_or("");
         let canon = std::fs::canonicalize(source).unwrap_or_else(|_| PathBuf::from(source));
@@ -270,6 +278,15 @@ mod tests {
                 "mounts[/host]: host path /etc",
             ),
             (json!({"mounts": [{"destination": "/d", "type": "ext4", "source": "/dev/sda"}]}), "\"ext4\""),
+            (
+                json!({"mounts": [{"destination": "/m", "type": "bind", "source": "/tmp",
+                                   "uidMappings": [{"containerID": 0, "hostID": 0, "size": 1}]}]}),
+                "mounts[/m]: id-mapped mounts are the guarded class's",
+            ),
+            (
+                json!({"mounts": [{"destination": "/m", "type": "bind", "source": "/tmp", "options": ["ridmap"]}]}),
+                "mounts[/m]: id-mapped",
+            ),
         ];
         for (extra, want) in cases {
             let e = refusal(extra.clone(), &p);

@@ -7,7 +7,8 @@
 //! the host's namespaces, host paths and capabilities outside the policy),
 //! rewrites the rest ([`harden::harden`]: no_new_privs, capabilities,
 //! masked paths, limits, the seccomp intersection), puts the container in
-//! its pod's user namespace ([`pod`]), and for a pod's sandbox container
+//! its pod's user namespace ([`pod`]) with its volumes usable by the pod's
+//! ids ([`volumes`]), and for a pod's sandbox container
 //! loads the egress guard into the pod's network namespace
 //! ([`crate::net::pod`]) before the container exists. `exec` gets the same
 //! process rules. Then the runtime creates the container from the
@@ -19,6 +20,7 @@ mod harden;
 mod pod;
 mod policy;
 mod seccomp;
+mod volumes;
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -67,6 +69,7 @@ pub fn create(rt: &Runtime, id: &str, opts: &CreateOptions) -> Result<()> {
     // Held until the container exists: its state records the range.
     let _lock = pod::enter(rt, &mut spec, &pod, policy.id_range)?;
     let first = spec["annotations"][HOST_ID].as_str().and_then(|f| f.parse().ok()).unwrap_or(0);
+    volumes::make_usable(&mut spec, first)?;
     open_bundle(&bundle.dir)?;
     crate::spec::reachable(&bundle.rootfs, first)?;
     // Made as the host's root, as for a box: the pod's root can't create
