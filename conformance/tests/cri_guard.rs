@@ -406,6 +406,9 @@ fn refused_calls_reach_the_node_agent() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!((mode(&cri.reports_dir()), mode(&path)), (0o700, 0o600), "reports are for the node's root only");
     assert_eq!(report["pod"], "reported", "{report}");
     assert_eq!(report["container"], "main", "{report}");
     assert_eq!(report["namespace"], "tinyrun-test", "{report}");

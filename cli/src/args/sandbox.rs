@@ -45,7 +45,8 @@ pub(crate) enum SandboxCommand {
     ///
     /// Listens on --socket (0600, in a directory only its user may write) for the listeners the guarded class
     /// (tinyrun-guarded) hands over at each create, answers every refused call with the profile's errno, and keeps
-    /// one report per container in --reports: <container id>.json, the refused object of a sandbox result (system
+    /// one report per container in --reports (made 0700; each report 0600): <container id>.json, the refused object
+    /// of a sandbox result (system
     /// calls, limits hit) with the pod's namespace, pod and container names, rewritten within 200 ms of a change and
     /// once more with "ended": true when the container's last process is gone; removed --keep after that. Runs until
     /// killed. While it is down, guarded containers are not created, and running ones get ENOSYS for a refused call.

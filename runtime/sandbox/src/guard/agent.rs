@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::io::{IoSlice, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -138,7 +138,14 @@ struct Report<'a> {
 
 /// Serves refusal listeners at `opts.socket` until killed.
 pub fn serve(opts: &AgentOptions) -> Result<()> {
-    std::fs::create_dir_all(&opts.reports).map_err(|e| Error::io("create", &opts.reports, e))?;
+    // What pods tried is the node's business, not every local user's: the
+    // directory is made 0700 and each report 0600 (a node agent runs as
+    // the agent's user, or the operator opens the directory up).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&opts.reports)
+        .map_err(|e| Error::io("create", &opts.reports, e))?;
     let listener = bind(&opts.socket)?;
     let mut watched: Vec<Watched> = Vec::new();
     let mut ended: Vec<(PathBuf, Instant)> = Vec::new();
@@ -271,7 +278,7 @@ fn write_report(dir: &Path, w: &Watched) {
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o644)
+        .mode(0o600)
         .open(&tmp)
         .and_then(|mut f| f.write_all(&bytes))
         .and_then(|()| std::fs::rename(&tmp, &path));
