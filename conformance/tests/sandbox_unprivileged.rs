@@ -180,6 +180,37 @@ fn the_shell_cannot_type_into_the_callers_terminal() {
     u.assert_nothing_left();
 }
 
+/// Commands of one user don't wait for each other: a second run finishes while a first one
+/// still runs (each used to hold the lock on the user's namespace holder exclusively on the
+/// way in, so the second waited for the first to end, here a minute).
+#[test]
+fn a_users_commands_run_side_by_side() {
+    require_root!();
+    let Some(host) = Host::here() else { return };
+    let u = User::new(host, "par", true);
+    let mut first = u.command(PATH, true, &["run", BE, "--timeout", "2m", "--", "sleep", "60"]).spawn().expect("run");
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let mut second = u.command(PATH, true, &["run", BE, "--", "echo", "second"]);
+    let out = second.stdout(std::process::Stdio::piped()).spawn().expect("run");
+    let pid = out.id();
+    let waited = std::sync::mpsc::channel();
+    let tx = waited.0;
+    std::thread::spawn(move || drop(tx.send(out.wait_with_output())));
+    let res = waited.1.recv_timeout(Duration::from_secs(30));
+    // SIGTERM, as a user's Ctrl-C: the run removes its box (setpriv became tinyrun).
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(first.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = first.wait();
+    let out = res.unwrap_or_else(|_| {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        panic!("a second run still waits for the first after 30 s")
+    });
+    let out = out.expect("second run");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "second\n", "{out:?}");
+    eprintln!("second run beside a running one: {:?}", started.elapsed());
+    u.assert_nothing_left();
+}
+
 #[test]
 fn ids_come_from_the_users_subordinate_range_split_per_box() {
     require_root!();

@@ -73,7 +73,8 @@ static MODE: OnceLock<Mode> = OnceLock::new();
 /// as it (and any child it leaves, such as a reaper) runs, and the holder
 /// leaves only when it can take that lock exclusively and the root has no
 /// box; a command that finds no holder makes a new namespace under the
-/// exclusive lock.
+/// exclusive lock. Commands that join hold it shared only, so they never
+/// wait for each other.
 ///
 /// # Preconditions
 /// The caller is single-threaded.
@@ -88,8 +89,19 @@ pub fn enter(root: &Path) -> Result<Mode> {
     let path = root.join(LOCK);
     let file = crate::lockdir::open_lock_file(&path)?;
     let lock = |how| flock(&file, how).map_err(|e| Error::io("lock", &path, e.into()));
-    lock(FlockOperation::LockExclusive)?;
-    let own = match holder(root) {
+    // Shared while joining: the holder can't leave under it, and commands
+    // that join don't wait for each other (an exclusive lock here made a
+    // second command wait for the first, whole, to end). Only making a
+    // holder takes it exclusively (a conversion drops the shared lock
+    // first, so two commands that found none don't deadlock), and looks
+    // again: another may have made one meanwhile.
+    lock(FlockOperation::LockShared)?;
+    let mut found = holder(root);
+    if found.is_none() {
+        lock(FlockOperation::LockExclusive)?;
+        found = holder(root);
+    }
+    let own = match found {
         Some((pid, start)) => {
             let own = tinyrun::join_own_user_namespace(pid, start, BLOCK)?;
             join_mounts(pid, start)?;
