@@ -4,7 +4,9 @@
 //! has lingering and runs each command in a scope of its own user manager.
 //!
 //! * Every command: run, launch, cp in and out, exec, list, terminate, pool fill, run --pool,
-//!   pool drain; state under `$XDG_RUNTIME_DIR/tinyrun`, 0700; nothing left afterwards.
+//!   pool drain; state under `$XDG_RUNTIME_DIR/tinyrun`, 0700; nothing left afterwards. `serve`:
+//!   the API server run by the user makes the user's boxes (`limits: best-effort` as its policy
+//!   allows). Two commands of one user run side by side, neither waiting for the other.
 //! * `shell`, driven from a pty that is the caller's terminal: /bin/sh on a terminal of the
 //!   box's own, its exit status passed on, the caller's terminal restored (also when the caller
 //!   is killed); attack: TIOCSTI in it types into neither terminal.
@@ -209,6 +211,56 @@ fn a_users_commands_run_side_by_side() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "second\n", "{out:?}");
     eprintln!("second run beside a running one: {:?}", started.elapsed());
     u.assert_nothing_left();
+}
+
+/// `sandbox serve` run by the user: the API server's workers make the user's boxes in the
+/// user's own namespaces (they ran as root of its namespace before, and failed making root's
+/// boxes there); `limits: best-effort` is a loosening the server's policy must allow.
+#[test]
+fn the_api_server_serves_an_ordinary_users_boxes() {
+    require_root!();
+    let Some(host) = Host::here() else { return };
+    let u = User::new(host, "api", true);
+    let api = u.bin.with_file_name("tinyrun-sandbox-api");
+    // Installed beside tinyrun; a copy of tinyrun under test (the guests') finds it in the build.
+    let src = [
+        tinyrun_conformance::runtime_bin().with_file_name("tinyrun-sandbox-api"),
+        tinyrun_conformance::target_dir().join("debug/tinyrun-sandbox-api"),
+    ];
+    let src = src.iter().find(|p| p.exists()).expect("tinyrun-sandbox-api built (cargo build --workspace)");
+    fs::copy(src, &api).expect("copy the server");
+    fs::set_permissions(&api, fs::Permissions::from_mode(0o755)).unwrap();
+    let root = u.xdg.join("api-root");
+    let policy = u.work.join("policy.json");
+    fs::write(&policy, r#"{"allow_best_effort_limits": true}"#).unwrap();
+    fs::set_permissions(&u.work, fs::Permissions::from_mode(0o755)).unwrap();
+    let args = ["serve", "--root", root.to_str().unwrap(), "--policy", policy.to_str().unwrap()];
+    let mut server = u.command(PATH, true, &args).stdout(std::process::Stdio::null()).spawn().expect("serve");
+    let sock = root.join("sandbox.sock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "no socket at {}", sock.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let post = |path: &str, body: &str| -> Value {
+        let out = std::process::Command::new("/usr/bin/setpriv")
+            .args(["--reuid", &u.uid.to_string(), "--regid", &u.gid.to_string(), "--clear-groups", "--"])
+            .args(["curl", "-s", "-m", "60", "--unix-socket", sock.to_str().unwrap(), "-X", "POST"])
+            .args(["-H", "content-type: application/json", "-d", body, &format!("http://box{path}")])
+            .env_clear()
+            .env("PATH", PATH)
+            .output()
+            .expect("curl");
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let v = post("/v1/run", r#"{"command": ["sh", "-c", "id -u; echo ok"], "limits": "best-effort"}"#);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(text(&v, "stdout"), "1000\nok\n", "the box's own user: {v}");
+    assert_eq!(v["limits"], host.best_effort_word(), "{v}");
+    let bundles = root.join("sandbox-bundles");
+    assert_eq!(fs::read_dir(&bundles).map(|d| d.count()).unwrap_or(0), 0, "bundles left in {}", bundles.display());
 }
 
 #[test]

@@ -20,8 +20,14 @@ pub(crate) fn run(root: &Path, c: &SandboxCommand) -> anyhow::Result<u8> {
     // start. The runtime's own records get explicit modes either way.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
     // An ordinary user's sandbox runs in a user namespace of its own, as
-    // its root; this process is still single-threaded here.
-    let entered = sandbox::enter_unprivileged(root).map_err(anyhow::Error::from);
+    // its root; this process is still single-threaded here. Not the API
+    // server: it is started as the user, and its workers enter the
+    // namespace of the root it serves themselves (entered here, it would
+    // run as root of this one, and make root's boxes).
+    let entered = match c {
+        SandboxCommand::Serve(_) | SandboxCommand::GuardAgent(_) => Ok(()),
+        _ => sandbox::enter_unprivileged(root).map(drop).map_err(anyhow::Error::from),
+    };
     match entered.and_then(|_| dispatch(root, c)) {
         Ok(code) => Ok(code),
         // The runtime asks to be run again from a sealed binary: main does

@@ -44,7 +44,9 @@ pub(crate) struct Args {
     /// Fields: presets, max_memory, max_cpus, max_pids, max_timeout, max_tmpfs_size, max_lifetime, max_copy_limit,
     /// max_pool_size, max_boxes (per client), images (paths, or prefixes ending in *), networks, allow_hosts
     /// (HOST[:PORT], *.DOMAIN, or * for any), allow_no_seccomp, allow_writable_root, allow_host_paths,
-    /// allow_cgroup_parent, allow_id_range. A request looser than the policy is refused with 403 naming its field.
+    /// allow_cgroup_parent, allow_id_range, allow_best_effort_limits (a request's limits: best-effort, for an ordinary
+    /// user's server on a host that delegates it no cgroup). A request looser than the policy is refused with 403 naming
+    /// its field.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// the most bytes of a request body (uploads: of a file or archive)

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tinyrun_sandbox::{self as sandbox, parse_duration, parse_size, CopyIn, Egress, IdRange, Preset, SandboxOptions};
+use tinyrun_sandbox::{
+    self as sandbox, parse_duration, parse_size, CopyIn, Egress, IdRange, LimitsMode, Preset, SandboxOptions,
+};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -82,6 +84,9 @@ pub(crate) struct Options {
     #[serde(default)]
     pub copy_in: Vec<String>,
     pub copy_limit: Option<Size>,
+    /// `enforced` (the default) or `best-effort`: as `--limits`, for an
+    /// ordinary user's server on a host that delegates it no cgroup.
+    pub limits: Option<String>,
 }
 
 impl Options {
@@ -124,6 +129,11 @@ impl Options {
         o.egress = self.egress(network)?;
         o.writable_root = self.writable_root;
         o.no_seccomp = self.no_seccomp;
+        o.limits = match self.limits.as_deref() {
+            None | Some("enforced") => LimitsMode::Enforced,
+            Some("best-effort") => LimitsMode::BestEffort,
+            Some(l) => return Err(bad_field("limits", &format!("{l:?}: enforced or best-effort"))),
+        };
         if let Some(p) = &self.cgroup_parent {
             o.cgroup_parent.clone_from(p);
         }

@@ -36,6 +36,7 @@ struct File {
     allow_host_paths: Option<bool>,
     allow_cgroup_parent: Option<bool>,
     allow_id_range: Option<bool>,
+    allow_best_effort_limits: Option<bool>,
 }
 
 /// What clients may ask for.
@@ -62,6 +63,9 @@ pub(crate) struct Policy {
     pub allow_host_paths: bool,
     pub allow_cgroup_parent: bool,
     pub allow_id_range: bool,
+    /// `limits: best-effort` (rlimits only, where an ordinary user's
+    /// server has no delegated cgroup).
+    pub allow_best_effort_limits: bool,
 }
 
 impl Default for Policy {
@@ -87,6 +91,7 @@ impl Default for Policy {
             allow_host_paths: false,
             allow_cgroup_parent: false,
             allow_id_range: false,
+            allow_best_effort_limits: false,
         }
     }
 }
@@ -124,6 +129,7 @@ impl Policy {
                 allow_host_paths: f.allow_host_paths.unwrap_or(false),
                 allow_cgroup_parent: f.allow_cgroup_parent.unwrap_or(false),
                 allow_id_range: f.allow_id_range.unwrap_or(false),
+                allow_best_effort_limits: f.allow_best_effort_limits.unwrap_or(false),
             })
         })();
         p.map_err(|e| anyhow::anyhow!("policy {}: {e}", path.display()))
@@ -176,6 +182,11 @@ impl Policy {
                 "a cgroup parent of the client's",
             ),
             (o.id_range.is_some() && !self.allow_id_range, "id_range", "a host id range of the client's"),
+            (
+                o.limits.as_deref() == Some("best-effort") && !self.allow_best_effort_limits,
+                "limits",
+                "limits from rlimits only (best-effort)",
+            ),
             (
                 o.image_cache_size.is_some() && !self.allow_host_paths,
                 "image_cache_size",

@@ -116,13 +116,18 @@ pub(crate) fn main(root: &Path) -> u8 {
     // As `tinyrun sandbox` does: a box's own user must be able to read
     // what is made for it, whatever umask the server was started with.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    // An ordinary user's server: its workers make and use boxes from the
+    // user's own namespaces, as its `tinyrun sandbox` commands do (a
+    // no-op for root). Entered before the request comes, while this
+    // process is still single-threaded and a pre-started worker waits.
+    let entered = lib(sandbox::enter_unprivileged(root)).map(drop);
     let (answer, file) = match read_request() {
         Ok(req) => {
             let file = match &req {
                 Request::Exec { result_file, .. } => result_file.clone(),
                 _ => None,
             };
-            (call(root, req), file)
+            (entered.and_then(|()| call(root, req)), file)
         }
         Err(e) => (Err(e), None),
     };
